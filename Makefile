@@ -1,0 +1,38 @@
+# llm-replay — every target sets up .venv on first use (torch is pinned to the CPU build served here).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+TORCH  := torch==2.13.0
+
+.PHONY: demo test lint bench bench-quick format clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[dev,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/buffer_demo.py
+
+lint: $(STAMP)
+	$(PY) -m ruff check src tests benchmarks examples
+	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m mypy
+
+test: lint
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/buffer.py --json docs/bench_buffer.json
+
+bench-quick: $(STAMP)
+	$(PY) benchmarks/buffer.py --quick
+
+format: $(STAMP)
+	$(PY) -m ruff format src tests benchmarks examples
+	$(PY) -m ruff check --fix src tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

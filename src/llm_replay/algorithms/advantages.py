@@ -1,0 +1,63 @@
+"""Advantage estimators over groups of rollouts: pure numpy functions, one registry.
+
+Advantages are computed once, when a group is generated (arXiv 2604.08706: "advantages are computed
+when a rollout is generated, not when it is reused"), so they live with the rollout in the table.
+
+| name | advantage of rollout i in a group with rewards R | source |
+|---|---|---|
+| `grpo` | (R_i - mean R) / (std R + eps) | DeepSeekMath (GRPO) |
+| `dr_grpo` | R_i - mean R | Dr. GRPO |
+| `rloo` | R_i - mean of the other rewards | RLOO |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+F64 = npt.NDArray[np.float64]
+AdvantageFn = Callable[[F64], F64]
+
+
+def grpo(rewards: F64, eps: float = 1e-6) -> F64:
+    r = np.asarray(rewards, dtype=np.float64)
+    return (r - r.mean()) / (r.std() + eps)
+
+
+def dr_grpo(rewards: F64) -> F64:
+    r = np.asarray(rewards, dtype=np.float64)
+    return r - r.mean()
+
+
+def rloo(rewards: F64) -> F64:
+    r = np.asarray(rewards, dtype=np.float64)
+    n = len(r)
+    if n < 2:
+        return np.zeros(n)
+    return r - (r.sum() - r) / (n - 1)
+
+
+ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo, "dr_grpo": dr_grpo, "rloo": rloo}
+
+
+def get_advantage_fn(name: str) -> AdvantageFn:
+    try:
+        return ADVANTAGES[name]
+    except KeyError:
+        raise ValueError(f"advantage = {name!r}: expected one of {sorted(ADVANTAGES)}") from None
+
+
+def group_advantages(rewards: F64, group_ids: npt.NDArray[np.int64], estimator: str = "grpo") -> F64:
+    """Advantages for a flat batch, each rollout scored within its group."""
+    fn = get_advantage_fn(estimator)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    out = np.empty_like(rewards)
+    groups = np.asarray(group_ids)
+    order = np.argsort(groups, kind="stable")
+    bounds = np.flatnonzero(np.diff(groups[order])) + 1
+    for members in np.split(order, bounds):
+        if len(members):
+            out[members] = fn(rewards[members])
+    return out

@@ -1,0 +1,420 @@
+"""Samplers: which stored rollouts a batch gets.
+
+Each sampler keeps whatever index it needs, updated through `on_insert` / `on_remove` hooks that the
+table calls under its lock, and answers `sample(n, rng, storage) -> (slots, probabilities)` where
+`probabilities[i]` is the probability that one draw picks `slots[i]` (for importance weights).
+
+| sampler | draws | source |
+|---|---|---|
+| `Uniform` | uniformly, never removing; within a batch with or without replacement | 2604.08706 |
+| `Fifo` | the oldest stored rollouts (with `max_times_sampled=1`: the on-policy queue) | Reverb |
+| `Prioritized` | P(i) ∝ (p_i + ε)^α, sum tree, IS weights (N·P)^-β / max | PER; 2606.04560 |
+| `PositiveBiased` | uniform over the freshest (1-δ)N rollouts plus the freshest δN correct ones | 2604.08706 |
+| `Recency` | weight 2^(-age / half_life), age in policy versions | — |
+| `Groups` | whole groups (all stored rollouts of a prompt instance), uniformly | GRPO |
+
+`PositiveBiased` is a retention rule as much as a sampler: it tells the table which rollouts fell
+out of both windows (`retention`), and the table evicts them with reason "retention".
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections import deque
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from llm_replay.buffer.storage import RolloutStorage
+from llm_replay.buffer.sum_tree import SumTree
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class Sampler(ABC):
+    """Base class; subclasses register themselves in SAMPLERS under `name`."""
+
+    name: ClassVar[str]
+    with_replacement: ClassVar[bool] = True
+
+    def bind(self, storage: RolloutStorage) -> None:
+        """Called once by the table, before any insert."""
+        self.storage = storage
+
+    def on_insert(self, slots: I64) -> None:  # noqa: B027 - optional hook
+        """New rollouts at `slots`."""
+
+    def on_remove(self, slots: I64) -> None:  # noqa: B027 - optional hook
+        """Rollouts at `slots` are about to be freed (still readable)."""
+
+    def retention(self, incoming: int) -> I64:
+        """Slots to evict before `incoming` more rollouts arrive (default: none)."""
+        return EMPTY
+
+    def available(self) -> int:
+        """How many rollouts one batch may draw without replacement."""
+        return self.storage.size
+
+    @abstractmethod
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
+        """`n` slots and the per-draw probability of each."""
+
+    def importance_weights(self, probabilities: F64) -> F64:
+        """Per-item weights correcting for non-uniform sampling (1 for uniform samplers)."""
+        return np.ones(len(probabilities), dtype=np.float64)
+
+    def update_priorities(self, slots: I64, priorities: F64) -> None:
+        raise TypeError(f"the {self.name!r} sampler has no priorities to update")
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments, JSON-serialisable (checkpoint manifest)."""
+        return {}
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:  # noqa: B027
+        """Restore from `state_arrays` (storage is already restored)."""
+
+
+class Uniform(Sampler):
+    """Uniform over stored rollouts; sampling never removes anything."""
+
+    name = "uniform"
+
+    def __init__(self, replacement: bool = True) -> None:
+        self.replacement = bool(replacement)
+
+    @property
+    def with_replacement(self) -> bool:  # type: ignore[override]
+        return self.replacement
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
+        size = self.storage.size
+        if self.replacement:
+            picks = rng.integers(0, size, n)
+        else:
+            picks = rng.choice(size, n, replace=False)
+        slots = self.storage.dense[picks].astype(np.int64)
+        return slots, np.full(n, 1.0 / size)
+
+    def config(self) -> dict[str, Any]:
+        return {"replacement": self.replacement}
+
+
+class Fifo(Sampler):
+    """The oldest stored rollouts first; deterministic."""
+
+    name = "fifo"
+    with_replacement = False
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
+        slots = self.storage.oldest(n)
+        return slots, np.ones(len(slots))
+
+
+def _check_exponent(name: str, value: float) -> float:
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} = {value!r}: must be finite and >= 0")
+    return float(value)
+
+
+class Prioritized(Sampler):
+    """P(i) ∝ (p_i + ε)^α, with importance weights (N·P(i))^-β normalised by their maximum.
+
+    The priority of a new rollout defaults to |advantage| (frozen at birth, as in rollout-level
+    advantage-prioritized replay); rollouts without an advantage get the largest priority seen.
+    """
+
+    name = "prioritized"
+
+    def __init__(self, alpha: float = 0.5, beta: float = 0.4, epsilon: float = 1e-6) -> None:
+        self.alpha = _check_exponent("alpha", alpha)
+        self.beta = _check_exponent("beta", beta)
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"epsilon = {epsilon!r}: must be finite and > 0")
+        self.epsilon = float(epsilon)
+        self.max_priority = 1.0
+
+    def bind(self, storage: RolloutStorage) -> None:
+        super().bind(storage)
+        self.tree = SumTree(storage.capacity)
+
+    def _mass(self, priorities: F64) -> F64:
+        return np.power(np.abs(priorities) + self.epsilon, self.alpha)
+
+    def on_insert(self, slots: I64) -> None:
+        adv = self.storage.advantage[slots]
+        priorities = np.where(np.isnan(adv), self.max_priority, np.abs(adv))
+        if len(priorities):
+            self.max_priority = max(self.max_priority, float(priorities.max()))
+        self.tree.set(slots, self._mass(priorities))
+
+    def on_remove(self, slots: I64) -> None:
+        self.tree.set(slots, 0.0)
+
+    def update_priorities(self, slots: I64, priorities: F64) -> None:
+        p = np.asarray(priorities, dtype=np.float64)
+        if p.shape != slots.shape:
+            raise ValueError(f"priorities has shape {p.shape}, expected {slots.shape}")
+        bad = ~np.isfinite(p) | (p < 0)
+        if bad.any():
+            raise ValueError(f"priorities[{int(np.argmax(bad))}] = {p[bad][0]!r}: must be finite, >= 0")
+        if len(p):
+            self.max_priority = max(self.max_priority, float(p.max()))
+        self.tree.set(slots, self._mass(p))
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
+        slots = self.tree.sample(n, rng)
+        return slots, self.tree.get(slots) / self.tree.total
+
+    def importance_weights(self, probabilities: F64) -> F64:
+        # (N P_i)^-β / max_j (N P_j)^-β = (P_i / P_min)^-β; P_min over every stored rollout.
+        p_min = self.tree.min / self.tree.total
+        return np.power(probabilities / p_min, -self.beta)
+
+    def config(self) -> dict[str, Any]:
+        return {"alpha": self.alpha, "beta": self.beta, "epsilon": self.epsilon}
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        base = self.tree.leaf_base
+        return {
+            "leaves": self.tree.sums[base : base + self.storage.capacity].copy(),
+            "max_priority": np.array([self.max_priority]),
+        }
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        base = self.tree.leaf_base
+        self.tree.sums[base : base + self.storage.capacity] = arrays["leaves"]
+        self.tree.rebuild()
+        self.max_priority = float(arrays["max_priority"][0])
+
+
+class Recency(Sampler):
+    """Weight 2^(-age / half_life) with age = current policy version - the rollout's version.
+
+    All ages grow together when the version advances, so relative weights depend only on each
+    rollout's own version: mass 2^((v_i - v_ref) / half_life) in a sum tree, rebased when large.
+    """
+
+    name = "recency"
+
+    def __init__(self, half_life: float = 4.0) -> None:
+        if not (math.isfinite(half_life) and half_life > 0):
+            raise ValueError(f"half_life = {half_life!r}: must be finite and > 0")
+        self.half_life = float(half_life)
+        self.reference = 0
+
+    def bind(self, storage: RolloutStorage) -> None:
+        super().bind(storage)
+        self.tree = SumTree(storage.capacity)
+
+    def _mass(self, slots: I64) -> F64:
+        exponent = (self.storage.policy_version[slots] - self.reference) / self.half_life
+        return np.exp2(np.clip(exponent, -1000, None))
+
+    def on_insert(self, slots: I64) -> None:
+        if len(slots) and (self.storage.policy_version[slots].max() - self.reference) / self.half_life > 500:
+            self.reference = int(self.storage.policy_version[slots].max())
+            live = self.storage.live_slots()
+            self.tree.set(live, self._mass(live))
+        self.tree.set(slots, self._mass(slots))
+
+    def on_remove(self, slots: I64) -> None:
+        self.tree.set(slots, 0.0)
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
+        slots = self.tree.sample(n, rng, stratified=False)
+        return slots, self.tree.get(slots) / self.tree.total
+
+    def config(self) -> dict[str, Any]:
+        return {"half_life": self.half_life}
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        base = self.tree.leaf_base
+        return {
+            "leaves": self.tree.sums[base : base + self.storage.capacity].copy(),
+            "reference": np.array([self.reference], dtype=np.int64),
+        }
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        base = self.tree.leaf_base
+        self.tree.sums[base : base + self.storage.capacity] = arrays["leaves"]
+        self.tree.rebuild()
+        self.reference = int(arrays["reference"][0])
+
+
+class PositiveBiased(Uniform):
+    """Keep the freshest (1-δ)·N rollouts plus the freshest δ·N correct older ones; draw uniformly.
+
+    N is the table's `max_rollouts`. A rollout pushed out of the fresh window survives only if it is
+    correct and among the δ·N freshest such survivors (arXiv 2604.08706, δ = 0.5 worked best).
+    """
+
+    name = "positive_biased"
+
+    def __init__(self, delta: float = 0.5, replacement: bool = True) -> None:
+        super().__init__(replacement=replacement)
+        if not (math.isfinite(delta) and 0 <= delta <= 1):
+            raise ValueError(f"delta = {delta!r}: must be in [0, 1]")
+        self.delta = float(delta)
+
+    def bind(self, storage: RolloutStorage) -> None:
+        super().bind(storage)
+        self.correct_capacity = int(round(self.delta * storage.capacity))
+        self.fresh_capacity = storage.capacity - self.correct_capacity
+        # Queues of stable keys (a slot may be reused; its key never is), oldest first.
+        self._fresh: deque[int] = deque()
+        self._kept: deque[int] = deque()
+        self._in_fresh = np.zeros(storage.capacity, dtype=bool)
+        self._fresh_live = 0
+        self._kept_live = 0
+
+    def _live_slot(self, key: int) -> int | None:
+        slots, found = self.storage.slots_of(np.array([key]))
+        return int(slots[0]) if found[0] else None
+
+    def on_insert(self, slots: I64) -> None:
+        self._fresh.extend(self.storage.keys_of(slots).tolist())
+        self._in_fresh[slots] = True
+        self._fresh_live += len(slots)
+
+    def on_remove(self, slots: I64) -> None:
+        fresh = int(np.count_nonzero(self._in_fresh[slots]))
+        self._fresh_live -= fresh
+        self._kept_live -= len(slots) - fresh
+        self._in_fresh[slots] = False
+
+    def retention(self, incoming: int) -> I64:
+        evict: list[int] = []
+        while self._fresh_live + incoming > self.fresh_capacity and self._fresh:
+            slot = self._live_slot(self._fresh.popleft())
+            if slot is None:
+                continue
+            # Out of the fresh window: counted as old whether kept or about to be evicted, so the
+            # table's on_remove uncounts it from the right side.
+            self._in_fresh[slot] = False
+            self._fresh_live -= 1
+            self._kept_live += 1
+            if self.storage.correct[slot] == 1 and self.correct_capacity > 0:
+                self._kept.append(int(self.storage.keys_of([slot])[0]))
+            else:
+                evict.append(slot)
+        while self._kept_live - len(evict) > self.correct_capacity and self._kept:
+            slot = self._live_slot(self._kept.popleft())
+            if slot is not None:
+                evict.append(slot)
+        return np.asarray(evict, dtype=np.int64)
+
+    def config(self) -> dict[str, Any]:
+        return {"delta": self.delta, "replacement": self.replacement}
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "fresh": np.asarray(self._fresh, dtype=np.int64),
+            "kept": np.asarray(self._kept, dtype=np.int64),
+            "in_fresh": self._in_fresh.copy(),
+            "counters": np.array([self._fresh_live, self._kept_live], np.int64),
+        }
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self._fresh = deque(arrays["fresh"].tolist())
+        self._kept = deque(arrays["kept"].tolist())
+        self._in_fresh[:] = arrays["in_fresh"]
+        self._fresh_live, self._kept_live = (int(x) for x in arrays["counters"])
+
+
+class Groups(Sampler):
+    """Whole groups, chosen uniformly without replacement, until the next would overflow `n`.
+
+    For losses that need every rollout of a prompt together (group baselines recomputed at train
+    time). A batch holds only whole groups, so it may hold fewer than `n` rollouts.
+    """
+
+    name = "groups"
+    with_replacement = False
+
+    def bind(self, storage: RolloutStorage) -> None:
+        super().bind(storage)
+        self._members: dict[int, list[int]] = {}
+        self._order: list[int] = []
+        self._pos: dict[int, int] = {}
+
+    def on_insert(self, slots: I64) -> None:
+        for slot, group in zip(slots.tolist(), self.storage.group_id[slots].tolist(), strict=True):
+            members = self._members.get(group)
+            if members is None:
+                members = self._members[group] = []
+                self._pos[group] = len(self._order)
+                self._order.append(group)
+            members.append(slot)
+
+    def on_remove(self, slots: I64) -> None:
+        for slot, group in zip(slots.tolist(), self.storage.group_id[slots].tolist(), strict=True):
+            members = self._members[group]
+            members.remove(slot)
+            if not members:
+                del self._members[group]
+                pos = self._pos.pop(group)
+                last = self._order.pop()
+                if last != group:
+                    self._order[pos] = last
+                    self._pos[last] = pos
+
+    @property
+    def num_groups(self) -> int:
+        return len(self._order)
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
+        chosen: list[int] = []
+        for index in rng.permutation(len(self._order)).tolist():
+            members = self._members[self._order[index]]
+            if len(chosen) + len(members) > n:
+                if not chosen:
+                    continue
+                break
+            chosen.extend(members)
+            if len(chosen) == n:
+                break
+        if not chosen:
+            smallest = min(len(m) for m in self._members.values())
+            raise ValueError(
+                f"batch_size = {n} is smaller than every stored group (the smallest has "
+                f"{smallest} rollouts); a group-aware batch holds whole groups"
+            )
+        slots = np.asarray(chosen, dtype=np.int64)
+        return slots, np.full(len(slots), 1.0 / max(1, len(self._order)))
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        rows = [(g, s) for g in self._order for s in self._members[g]]
+        return {"members": np.asarray(rows, dtype=np.int64).reshape(-1, 2)}
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        self.bind(self.storage)
+        for group, slot in arrays["members"].tolist():
+            if group not in self._members:
+                self._members[group] = []
+                self._pos[group] = len(self._order)
+                self._order.append(group)
+            self._members[group].append(slot)
+
+
+SAMPLERS: dict[str, type[Sampler]] = {
+    cls.name: cls for cls in (Uniform, Fifo, Prioritized, Recency, PositiveBiased, Groups)
+}
+
+
+def make_sampler(name: str, **kwargs: Any) -> Sampler:
+    """Build a sampler from its registry name (configs, checkpoints)."""
+    try:
+        cls = SAMPLERS[name]
+    except KeyError:
+        raise ValueError(f"sampler = {name!r}: expected one of {sorted(SAMPLERS)}") from None
+    try:
+        return cls(**kwargs)
+    except TypeError as error:
+        raise ValueError(f"sampler {name!r}: {error}") from None

@@ -1,0 +1,468 @@
+"""Rollout storage: per-slot columns plus one ring arena for all variable-length payload.
+
+Why this layout. A replay table for LLM rollouts holds millions of variable-length token sequences.
+Per-rollout Python objects (or tensors padded to the longest completion) cost 2-10x the payload and
+make sampling a Python loop. Here every rollout's payload lives contiguously in one int32 arena as
+``[prompt ids (P) | completion ids (C) | behaviour log-probs as float32 bits (C)]``, so the memory is
+the raw payload (4P + 8C bytes) plus ~100 bytes of fixed per-slot columns, and a padded,
+learner-ready batch is gathered with a few vectorised numpy operations.
+
+The arena is a ring written in insertion order. Oldest-first eviction (capacity, max age) frees
+space at the ring's tail; other evictions leave holes that are reclaimed when the tail passes them
+or when the arena is linearised. The arena never forces an eviction: when a rollout does not fit
+it grows (to the projected steady-state size, from the table's capacity and the mean rollout size
+seen so far) or compacts. Slots are recycled from a free list; a stable key is
+``epoch * capacity + slot`` so a key names one rollout forever and maps to its slot by arithmetic.
+
+Simplifications: one arena (no sharding); growth and compaction copy under the table's lock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from llm_replay.rollout import RolloutBatch, concat_ranges
+
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+GROWTH = 1.125
+"""Minimum growth factor of the arena when the projection is exceeded."""
+
+MAX_GROWTH_STEP = 8.0
+"""One growth never allocates more than this multiple of what is needed now."""
+
+HEADROOM = 1.05
+"""The arena is sized to the projected steady state plus this margin."""
+
+COLUMNS: dict[str, Any] = {
+    "offset": np.int64,
+    "prompt_len": np.int32,
+    "completion_len": np.int32,
+    "reward": np.float64,
+    "advantage": np.float64,
+    "group_id": np.int64,
+    "policy_version": np.int64,
+    "insert_version": np.int64,
+    "seq": np.int64,
+    "times_sampled": np.int32,
+    "epoch": np.int32,
+    "correct": np.int8,
+    "finish_reason": np.uint8,
+    "task_code": np.int16,
+}
+
+
+class RolloutStorage:
+    """Fixed-capacity slot columns and a growable ring arena; no locking (the table locks)."""
+
+    def __init__(self, capacity: int, *, initial_units: int = 1 << 16) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity = {capacity}: must be >= 1")
+        self.capacity = capacity
+        for name, dtype in COLUMNS.items():
+            setattr(self, name, np.zeros(capacity, dtype=dtype))
+        self.offset: I64
+        self.prompt_len: I32
+        self.completion_len: I32
+        self.reward: npt.NDArray[np.float64]
+        self.advantage: npt.NDArray[np.float64]
+        self.group_id: I64
+        self.policy_version: I64
+        self.insert_version: I64
+        self.seq: I64
+        self.times_sampled: I32
+        self.epoch: I32
+        self.correct: npt.NDArray[np.int8]
+        self.finish_reason: npt.NDArray[np.uint8]
+        self.task_code: npt.NDArray[np.int16]
+        self.live = np.zeros(capacity, dtype=bool)
+        # Dense list of live slots (uniform sampling, scans) with each slot's position in it.
+        self.dense = np.zeros(capacity, dtype=np.int32)
+        self.dense_pos = np.zeros(capacity, dtype=np.int32)
+        self.size = 0
+        # Slots never used yet are handed out in order; freed slots are reused LIFO.
+        self._fresh_slot = 0
+        self._free: list[int] = []
+        # Insertion-order queue: order[seq % len(order)] = slot, valid while seq[slot] == seq.
+        self._order = np.zeros(max(2 * capacity, 16), dtype=np.int32)
+        self._next_seq = 0
+        self._oldest_seq = 0
+        # The arena ring.
+        self.max_len = 0  # longest rollout (prompt + completion tokens) ever stored
+        self._set_arena(np.zeros(max(int(initial_units), 16) + _guard_for(0), dtype=np.int32))
+        self.head = 0
+        self.live_units = 0
+        self.num_tokens = 0
+        self.task_names: list[str] = [""]
+
+    # ----------------------------------------------------------------- keys
+    def keys_of(self, slots: npt.ArrayLike) -> I64:
+        s = np.asarray(slots, dtype=np.int64)
+        return self.epoch[s].astype(np.int64) * self.capacity + s
+
+    def slots_of(self, keys: npt.ArrayLike) -> tuple[I64, npt.NDArray[np.bool_]]:
+        """Slots for `keys` and a mask of which keys name a live rollout."""
+        k = np.asarray(keys, dtype=np.int64)
+        slots = np.mod(k, self.capacity)
+        found = (k >= 0) & self.live[slots] & (self.epoch[slots].astype(np.int64) == k // self.capacity)
+        return slots, found
+
+    # ----------------------------------------------------------------- order
+    def oldest(self, count: int) -> I64:
+        """Up to `count` live slots, oldest first."""
+        out: list[I64] = []
+        need = count
+        seq = self._oldest_seq
+        window = max(count, 64)
+        length = len(self._order)
+        while need > 0 and seq < self._next_seq:
+            stop = min(self._next_seq, seq + window)
+            seqs = np.arange(seq, stop, dtype=np.int64)
+            cand = self._order[seqs % length].astype(np.int64)
+            valid = self.live[cand] & (self.seq[cand] == seqs)
+            picked = cand[valid][:need]
+            out.append(picked)
+            need -= len(picked)
+            if seq == self._oldest_seq and not valid.any():
+                self._oldest_seq = stop  # nothing live in this window: skip it for good
+            elif seq == self._oldest_seq:
+                self._oldest_seq = int(seqs[int(np.argmax(valid))])
+            seq = stop
+            window *= 2
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def live_slots(self) -> I64:
+        return self.dense[: self.size].astype(np.int64)
+
+    def live_in_order(self) -> I64:
+        slots = self.live_slots()
+        return slots[np.argsort(self.seq[slots], kind="stable")]
+
+    # ----------------------------------------------------------------- insert
+    def add(self, batch: RolloutBatch, insert_version: int, expected_units: float) -> I64:
+        """Store `batch` (caller guarantees free slots); returns the new slots."""
+        n = len(batch)
+        if n > self.capacity - self.size:
+            raise RuntimeError("storage over capacity (the table must evict first)")
+        slots = self._take_slots(n)
+        p_len = batch.prompt_lengths.astype(np.int64)
+        c_len = batch.completion_lengths.astype(np.int64)
+        units = p_len + 2 * c_len
+        longest = int((p_len + c_len).max())
+        if longest > self.max_len:
+            self.max_len = longest
+            if longest > len(self.arena) - self.data_units:
+                self._relayout(0, expected_units, force=True)
+        offsets = self._allocate(units, expected_units)
+        self._write_payload(batch, offsets, p_len, c_len)
+
+        codes = np.array([self._task_code(name) for name in batch.task_names], dtype=np.int16)
+        self.offset[slots] = offsets
+        self.prompt_len[slots] = batch.prompt_lengths
+        self.completion_len[slots] = batch.completion_lengths
+        self.reward[slots] = batch.rewards
+        self.advantage[slots] = batch.advantages
+        self.group_id[slots] = batch.group_ids
+        self.policy_version[slots] = batch.policy_versions
+        self.insert_version[slots] = insert_version
+        self.times_sampled[slots] = 0
+        self.correct[slots] = batch.correct
+        self.finish_reason[slots] = batch.finish_reasons
+        self.task_code[slots] = codes[batch.task_codes]
+        self._enqueue(slots)
+        self.live[slots] = True
+        self.dense[self.size : self.size + n] = slots
+        self.dense_pos[slots] = np.arange(self.size, self.size + n, dtype=np.int32)
+        self.size += n
+        self.live_units += int(units.sum())
+        self.num_tokens += int(p_len.sum() + c_len.sum())
+        return slots
+
+    def _task_code(self, name: str) -> int:
+        try:
+            return self.task_names.index(name)
+        except ValueError:
+            if len(self.task_names) >= np.iinfo(np.int16).max:
+                raise ValueError("more than 32767 distinct task names in one table") from None
+            self.task_names.append(name)
+            return len(self.task_names) - 1
+
+    def _take_slots(self, n: int) -> I64:
+        from_free = min(n, len(self._free))
+        reused = [self._free.pop() for _ in range(from_free)]
+        fresh = np.arange(self._fresh_slot, self._fresh_slot + n - from_free, dtype=np.int64)
+        self._fresh_slot += n - from_free
+        return np.concatenate((np.asarray(reused, dtype=np.int64), fresh))
+
+    def _enqueue(self, slots: I64) -> None:
+        n = len(slots)
+        if self._next_seq + n - self._oldest_seq > len(self._order):
+            self._renumber()
+        seqs = np.arange(self._next_seq, self._next_seq + n, dtype=np.int64)
+        self.seq[slots] = seqs
+        self._order[seqs % len(self._order)] = slots
+        self._next_seq += n
+
+    def _renumber(self) -> None:
+        """Compact the order queue when dead entries fill it (rare): relative order is kept."""
+        ordered = self.live_in_order()
+        self.seq[ordered] = np.arange(len(ordered), dtype=np.int64)
+        self._order[: len(ordered)] = ordered
+        self._oldest_seq = 0
+        self._next_seq = len(ordered)
+
+    # ----------------------------------------------------------------- arena
+    def _allocate(self, units: I64, expected_units: float) -> I64:
+        """Ring offsets for consecutive rollouts of `units` each; grows/compacts if needed."""
+        total = int(units.sum())
+        if not self._fits_contiguously(total):
+            self._relayout(total, expected_units)
+        if self.head + total > self.data_units:
+            self.head = 0  # wrap; `_fits_contiguously` checked [0, tail) has room
+        starts = np.empty(len(units), dtype=np.int64)
+        starts[0] = self.head
+        np.cumsum(units[:-1], out=starts[1:])
+        starts[1:] += self.head
+        self.head += total
+        return starts
+
+    def _fits_contiguously(self, total: int) -> bool:
+        if self.size == 0:
+            self.head = 0
+            return total <= self.data_units
+        tail = int(self.offset[self.oldest(1)[0]])
+        if tail < self.head:  # live span [tail, head): free at the end, then [0, tail)
+            return self.head + total <= self.data_units or total <= tail
+        return self.head + total <= tail  # wrapped: free is [head, tail)
+
+    def _relayout(self, incoming: int, expected_units: float, force: bool = False) -> None:
+        """Copy live payload, oldest first, to the front of a (possibly larger) arena."""
+        needed = self.live_units + incoming
+        size = self.data_units
+        if needed > 0.9 * size and not force:  # compacting alone would leave too little room: grow
+            projected = min(expected_units * HEADROOM, needed * MAX_GROWTH_STEP)
+            size = max(int(needed * GROWTH), int(projected))
+        ordered = self.live_in_order()
+        new = np.empty(size + _guard_for(self.max_len), dtype=np.int32)
+        if len(ordered):
+            old_off = self.offset[ordered]
+            lengths = self.prompt_len[ordered].astype(np.int64) + 2 * self.completion_len[ordered]
+            new_off = np.zeros(len(ordered), dtype=np.int64)
+            np.cumsum(lengths[:-1], out=new_off[1:])
+            # Copy maximal runs that are contiguous in the old arena: FIFO tables have one or two.
+            breaks = np.flatnonzero(old_off[1:] != old_off[:-1] + lengths[:-1]) + 1
+            starts = np.concatenate(([0], breaks))
+            ends = np.concatenate((breaks, [len(ordered)]))
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+                src, dst = int(old_off[a]), int(new_off[a])
+                span = int(new_off[b - 1] + lengths[b - 1]) - dst
+                new[dst : dst + span] = self.arena[src : src + span]
+            self.offset[ordered] = new_off
+            self.head = int(new_off[-1] + lengths[-1])
+        else:
+            self.head = 0
+        self._set_arena(new)
+
+    def _write_payload(self, batch: RolloutBatch, offsets: I64, p_len: I64, c_len: I64) -> None:
+        total = int((p_len + 2 * c_len).sum())
+        start = int(offsets[0])
+        if start + total <= self.data_units and np.array_equal(
+            offsets[1:], offsets[:-1] + (p_len + 2 * c_len)[:-1]
+        ):
+            # Interleave prompt/completion/log-prob segments into one contiguous block.
+            seg_p = offsets - start
+            seg_c = seg_p + p_len
+            seg_l = seg_c + c_len
+            block = self.arena[start : start + total]
+            block[concat_ranges(seg_p, p_len)] = batch.prompt_ids
+            block[concat_ranges(seg_c, c_len)] = batch.completion_ids
+            block[concat_ranges(seg_l, c_len)] = batch.behaviour_logprobs.view(np.int32)
+        else:  # pragma: no cover - `_allocate` always hands out one contiguous block
+            raise RuntimeError("non-contiguous allocation")
+
+    # ----------------------------------------------------------------- remove
+    def remove(self, slots: I64) -> None:
+        """Free `slots` (unique, live)."""
+        if len(slots) == 0:
+            return
+        self.live[slots] = False
+        units = self.prompt_len[slots].astype(np.int64) + 2 * self.completion_len[slots]
+        self.live_units -= int(units.sum())
+        self.num_tokens -= int((self.prompt_len[slots].astype(np.int64) + self.completion_len[slots]).sum())
+        # Dense list: holes below the new size are filled by survivors from above it.
+        new_size = self.size - len(slots)
+        pos = self.dense_pos[slots]
+        holes = np.sort(pos[pos < new_size])
+        tail = self.dense[new_size : self.size]
+        movers = tail[self.live[tail]]
+        self.dense[holes] = movers
+        self.dense_pos[movers] = holes.astype(np.int32)
+        self.size = new_size
+        self.epoch[slots] += 1
+        self._free.extend(slots.tolist())
+        if self.size == 0:
+            self.head = 0
+            self._oldest_seq = self._next_seq
+
+    # ----------------------------------------------------------------- gather
+    def _set_arena(self, arena: I32) -> None:
+        """Install a new arena buffer and the views that read it."""
+        self.arena = arena
+        self.data_units = len(arena) - _guard_for(self.max_len)
+        width = len(arena) - self.data_units  # the guard, always >= max_len
+        # prefix[k, :T] for a row starting at (width - k): k ones then zeros (a mask of length k).
+        self._prefix = np.concatenate((np.ones(width, bool), np.zeros(width, bool)))
+        self._prefix_width = width
+
+    def _rows(self, array: np.ndarray, width: int) -> np.ndarray:
+        """A [len(array) - width + 1, width] view whose row r is array[r : r + width] (no copy)."""
+        stride = array.strides[0]
+        return np.ndarray(
+            shape=(len(array) - width + 1, width), dtype=array.dtype, buffer=array,
+            strides=(stride, stride),
+        )
+
+    def gather_padded(
+        self, slots: I64, pad_id: int = 0
+    ) -> tuple[I32, npt.NDArray[np.float32], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """Learner-ready, right-padded arrays for `slots`.
+
+        Returns input_ids [B, T] int32 (prompt then completion), behaviour_logprobs [B, T] float32
+        (the log-prob of input_ids[b, t], 0 outside the completion), attention_mask [B, T] and
+        loss_mask [B, T] (completion tokens) as bool, with T the longest rollout in the batch.
+
+        Each output row is one contiguous window of the arena (the guard region after the ring
+        keeps every window in bounds), so the gather is a row copy per rollout, not a per-token
+        index; masks are windows of a ones-then-zeros pattern.
+        """
+        p = self.prompt_len[slots]
+        c = self.completion_len[slots]
+        lengths = p + c
+        width = int(lengths.max()) if len(slots) else 0
+        windows = self._rows(self.arena, width)
+        offset = self.offset[slots]
+        ids = windows[offset]
+        logprob_bits = windows[offset + c]  # log-prob of token t sits at offset + C + t
+        masks = self._rows(self._prefix, width)
+        attention = masks[self._prefix_width - lengths]
+        loss = attention ^ masks[self._prefix_width - p]
+        if pad_id == 0:
+            ids *= attention
+        else:
+            ids[~attention] = pad_id
+        logprob_bits *= loss  # mask as integers: garbage bits may be NaN patterns
+        return ids, logprob_bits.view(np.float32), attention, loss
+
+    def gather_batch(self, slots: I64) -> RolloutBatch:
+        """The stored rollouts at `slots` as a columnar batch (for checkpoints and mixtures)."""
+        p = self.prompt_len[slots].astype(np.int64)
+        c = self.completion_len[slots].astype(np.int64)
+        off = self.offset[slots]
+        return RolloutBatch(
+            prompt_ids=self.arena[concat_ranges(off, p)],
+            prompt_lengths=self.prompt_len[slots].copy(),
+            completion_ids=self.arena[concat_ranges(off + p, c)],
+            completion_lengths=self.completion_len[slots].copy(),
+            behaviour_logprobs=self.arena[concat_ranges(off + p + c, c)].view(np.float32),
+            rewards=self.reward[slots].copy(),
+            advantages=self.advantage[slots].copy(),
+            group_ids=self.group_id[slots].copy(),
+            policy_versions=self.policy_version[slots].copy(),
+            correct=self.correct[slots].copy(),
+            finish_reasons=self.finish_reason[slots].copy(),
+            task_codes=self.task_code[slots].copy(),
+            task_names=tuple(self.task_names),
+        )
+
+    # ----------------------------------------------------------------- accounting
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the storage's arrays (arena capacity included)."""
+        columns = sum(getattr(self, name).nbytes for name in COLUMNS)
+        return int(
+            columns
+            + self.live.nbytes
+            + self.dense.nbytes
+            + self.dense_pos.nbytes
+            + self._order.nbytes
+            + self.arena.nbytes
+        )
+
+    @property
+    def payload_nbytes(self) -> int:
+        """Raw payload of the live rollouts: token ids (4 B) + completion log-probs (4 B)."""
+        return 4 * self.live_units
+
+    # ----------------------------------------------------------------- state
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Everything needed to rebuild this storage exactly (arena compacted)."""
+        ordered = self.live_in_order()
+        batch = self.gather_batch(ordered)
+        used = self._fresh_slot
+        arrays: dict[str, np.ndarray] = {
+            "slots_in_order": ordered,
+            "prompt_ids": batch.prompt_ids,
+            "completion_ids": batch.completion_ids,
+            "behaviour_logprobs": batch.behaviour_logprobs,
+            "dense": self.dense[: self.size].copy(),
+            "free": np.asarray(self._free, dtype=np.int64),
+        }
+        for name in COLUMNS:
+            if name != "offset":
+                arrays[f"col_{name}"] = getattr(self, name)[:used].copy()
+        return arrays
+
+    def state_meta(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "fresh_slot": self._fresh_slot,
+            "next_seq": self._next_seq,
+            "oldest_seq": self._oldest_seq,
+            "task_names": list(self.task_names),
+            "arena_units": self.data_units,
+        }
+
+    def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        used = int(meta["fresh_slot"])
+        for name in COLUMNS:
+            if name != "offset":
+                getattr(self, name)[:used] = arrays[f"col_{name}"]
+        ordered = arrays["slots_in_order"].astype(np.int64)
+        p = self.prompt_len[ordered].astype(np.int64)
+        c = self.completion_len[ordered].astype(np.int64)
+        units = p + 2 * c
+        total = int(units.sum())
+        self.max_len = int(max(self.max_len, (p + c).max(initial=0)))
+        units_ = max(int(meta["arena_units"]), total, 16)
+        self._set_arena(np.zeros(units_ + _guard_for(self.max_len), dtype=np.int32))
+        offsets = np.zeros(len(ordered), dtype=np.int64)
+        if len(ordered):
+            np.cumsum(units[:-1], out=offsets[1:])
+        self.offset[ordered] = offsets
+        self.arena[concat_ranges(offsets, p)] = arrays["prompt_ids"]
+        self.arena[concat_ranges(offsets + p, c)] = arrays["completion_ids"]
+        self.arena[concat_ranges(offsets + p + c, c)] = arrays["behaviour_logprobs"].view(np.int32)
+        self.head = total
+        self.live[:] = False
+        self.live[ordered] = True
+        self.size = len(ordered)
+        self.dense[: self.size] = arrays["dense"]
+        self.dense_pos[self.dense[: self.size]] = np.arange(self.size, dtype=np.int32)
+        self._free = arrays["free"].astype(np.int64).tolist()
+        self._fresh_slot = used
+        self._next_seq = int(meta["next_seq"])
+        self._oldest_seq = int(meta["oldest_seq"])
+        self._order[:] = 0
+        self._order[self.seq[ordered] % len(self._order)] = ordered
+        self.live_units = total
+        self.num_tokens = int(p.sum() + c.sum())
+        self.task_names = list(meta["task_names"])
+
+
+def _guard_for(max_len: int) -> int:
+    """Units kept after the ring so a row window of the widest batch never leaves the buffer."""
+    return max(1024, 2 * max_len)

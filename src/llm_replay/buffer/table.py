@@ -1,0 +1,556 @@
+"""ReplayTable: a thread-safe replay store for LLM rollouts (storage + sampler + eviction + limiter).
+
+The table is Reverb's table re-thought for language-model rollouts: variable-length payload in one
+arena (see `storage`), capacity in rollouts *and* tokens, eviction by age in policy versions, and
+samples that come out learner-ready (padded ids, behaviour log-probs, masks) with per-rollout
+age, reuse count, draw probability and importance weight.
+
+Every public call validates its input before touching state, so a bad call leaves the table as it
+was. One condition variable guards everything; blocking calls (when the rate limiter holds a side
+back) take a timeout and wake up when the table is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from llm_replay.buffer.eviction import REASONS, EvictionPolicy
+from llm_replay.buffer.rate_limit import (
+    MinSize,
+    RateLimiter,
+    RateLimiterTimeout,
+    TableClosed,
+)
+from llm_replay.buffer.sample import Sample
+from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Sampler, Uniform
+from llm_replay.buffer.storage import RolloutStorage
+from llm_replay.rollout import Group, Rollout, RolloutBatch
+
+logger = logging.getLogger(__name__)
+
+I64 = npt.NDArray[np.int64]
+HISTOGRAM_BINS = 32
+"""Age and reuse histograms count 0..30 exactly and put everything larger in the last bin."""
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """A snapshot of a table's contents and traffic."""
+
+    name: str
+    size: int
+    max_rollouts: int
+    num_tokens: int
+    max_tokens: int | None
+    nbytes: int
+    payload_nbytes: int
+    policy_version: int
+    inserts: int
+    insert_calls: int
+    samples: int
+    sample_calls: int
+    evictions: dict[str, int]
+    age_histogram: list[int]
+    reuse_histogram: list[int]
+    sampled_age_mean: float
+    sampled_age_max: int
+
+    @property
+    def samples_per_insert(self) -> float:
+        """Observed replay ratio: rollouts drawn per rollout inserted."""
+        return self.samples / self.inserts if self.inserts else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["samples_per_insert"] = self.samples_per_insert
+        return out
+
+    def metrics(self, prefix: str = "buffer") -> dict[str, float]:
+        """Flat, namespaced scalars for logging (`buffer/size`, `buffer/age_mean`, ...)."""
+        stored = np.asarray(self.age_histogram)
+        ages = np.arange(len(stored))
+        out = {
+            f"{prefix}/size": float(self.size),
+            f"{prefix}/tokens": float(self.num_tokens),
+            f"{prefix}/bytes": float(self.nbytes),
+            f"{prefix}/inserts": float(self.inserts),
+            f"{prefix}/samples": float(self.samples),
+            f"{prefix}/samples_per_insert": self.samples_per_insert,
+            f"{prefix}/stored_age_mean": float((stored * ages).sum() / max(1, stored.sum())),
+            f"{prefix}/sampled_age_mean": self.sampled_age_mean,
+            f"{prefix}/sampled_age_max": float(self.sampled_age_max),
+        }
+        for reason, count in self.evictions.items():
+            out[f"{prefix}/evicted_{reason}"] = float(count)
+        return out
+
+
+def _histogram(values: npt.NDArray[Any]) -> list[int]:
+    clipped = np.minimum(np.maximum(values, 0), HISTOGRAM_BINS - 1)
+    return np.bincount(clipped, minlength=HISTOGRAM_BINS).astype(int).tolist()
+
+
+def _batch_size(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"batch_size = {value!r}: must be a positive integer")
+    return int(value)
+
+
+def _timeout(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"timeout = {value!r}: must be None or a finite number >= 0")
+    return float(value)
+
+
+class ReplayTable:
+    """A replay table. Construct directly, or with a preset classmethod (`queue`, `uniform`, ...)."""
+
+    def __init__(
+        self,
+        max_rollouts: int,
+        *,
+        sampler: Sampler | None = None,
+        max_tokens: int | None = None,
+        max_age: int | None = None,
+        max_times_sampled: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+        seed: int = 0,
+        name: str = "replay",
+    ) -> None:
+        self.eviction = EvictionPolicy(max_rollouts, max_tokens, max_age, max_times_sampled)
+        self.sampler = sampler if sampler is not None else Uniform()
+        if not isinstance(self.sampler, Sampler):
+            raise TypeError(f"sampler = {self.sampler!r}: must be a Sampler")
+        self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
+        if not isinstance(self.rate_limiter, RateLimiter):
+            raise TypeError(f"rate_limiter = {self.rate_limiter!r}: must be a RateLimiter")
+        if self.rate_limiter.min_size_to_sample > max_rollouts:
+            raise ValueError(
+                f"rate_limiter.min_size_to_sample = {self.rate_limiter.min_size_to_sample} "
+                f"exceeds max_rollouts = {max_rollouts}: sampling could never start"
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
+        self.name = str(name)
+        self.seed = int(seed)
+        self.storage = RolloutStorage(max_rollouts)
+        self.sampler.bind(self.storage)
+        self._rng = np.random.default_rng(seed)
+        self._cond = threading.Condition(threading.Lock())
+        self._closed = False
+        self._version = 0
+        self._inserts = 0
+        self._insert_calls = 0
+        self._samples = 0
+        self._sample_calls = 0
+        self._units_in = 0
+        self._tokens_in = 0
+        self._sampled_age_sum = 0
+        self._sampled_age_max = 0
+        self._evictions = dict.fromkeys(REASONS, 0)
+
+    # ----------------------------------------------------------------- presets
+    @classmethod
+    def queue(
+        cls,
+        max_rollouts: int,
+        *,
+        max_insert_batch: int | None = None,
+        max_sample_batch: int | None = None,
+        **kwargs: Any,
+    ) -> ReplayTable:
+        """The on-policy queue: oldest first, each rollout used once; a full queue blocks inserts.
+
+        Inserts of up to `max_insert_batch` and samples of up to `max_sample_batch` rollouts
+        (default: half the queue each) are admitted; their sum must fit in the queue.
+        """
+        insert_batch = max_insert_batch or max(1, max_rollouts // 2)
+        sample_batch = max_sample_batch or max(1, max_rollouts - insert_batch)
+        limiter = RateLimiter(
+            samples_per_insert=1.0,
+            min_size_to_sample=1,
+            min_diff=0.0,
+            max_diff=float(max_rollouts),
+            max_insert_batch=insert_batch,
+            max_sample_batch=sample_batch,
+        )
+        kwargs.setdefault("rate_limiter", limiter)
+        return cls(max_rollouts, sampler=Fifo(), max_times_sampled=1, **kwargs)
+
+    @classmethod
+    def uniform(cls, max_rollouts: int, *, replacement: bool = True, **kwargs: Any) -> ReplayTable:
+        """FIFO buffer of size N, uniform sampling without removal (arXiv 2604.08706)."""
+        return cls(max_rollouts, sampler=Uniform(replacement=replacement), **kwargs)
+
+    @classmethod
+    def positive_biased(cls, max_rollouts: int, *, delta: float = 0.5, **kwargs: Any) -> ReplayTable:
+        """Freshest (1-δ)N plus freshest δN correct rollouts, uniform draws (arXiv 2604.08706)."""
+        return cls(max_rollouts, sampler=PositiveBiased(delta=delta), **kwargs)
+
+    @classmethod
+    def prioritized(
+        cls,
+        max_rollouts: int,
+        *,
+        alpha: float = 0.5,
+        beta: float = 0.4,
+        max_age: int | None = 10,
+        **kwargs: Any,
+    ) -> ReplayTable:
+        """|A|-prioritized rollouts with age eviction (arXiv 2606.04560: α=0.5, τ_max=10)."""
+        return cls(
+            max_rollouts, sampler=Prioritized(alpha=alpha, beta=beta), max_age=max_age, **kwargs
+        )
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def size(self) -> int:
+        return self.storage.size
+
+    @property
+    def num_tokens(self) -> int:
+        return self.storage.num_tokens
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    @property
+    def max_rollouts(self) -> int:
+        return self.eviction.max_rollouts
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __len__(self) -> int:
+        return self.storage.size
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayTable(name={self.name!r}, size={self.size}/{self.max_rollouts}, "
+            f"tokens={self.num_tokens}, sampler={self.sampler.name!r}, version={self._version})"
+        )
+
+    # ----------------------------------------------------------------- insert
+    def insert(
+        self,
+        rollouts: RolloutBatch | Group | Rollout | Sequence[Rollout],
+        *,
+        timeout: float | None = None,
+    ) -> I64:
+        """Add rollouts (all or nothing); returns their keys. Blocks while the limiter says so."""
+        batch = RolloutBatch.coerce(rollouts)
+        wait = _timeout(timeout)
+        n = len(batch)
+        if n == 0:
+            return np.zeros(0, dtype=np.int64)
+        tokens = batch.num_tokens
+        self.eviction.check_insert(n, tokens)
+        self.rate_limiter.check_insert_size(n)
+        with self._cond:
+            self._wait(
+                lambda: self.rate_limiter.can_insert(n, self.size, self._inserts, self._samples),
+                wait,
+                f"insert of {n} rollouts",
+            )
+            self._evict(self.sampler.retention(n), "retention")
+            by_count, by_tokens = self.eviction.for_capacity(self.storage, n, tokens)
+            self._evict(by_count, "capacity_rollouts")
+            self._evict(by_tokens, "capacity_tokens")
+            units = int(batch.prompt_lengths.sum()) + 2 * int(batch.completion_lengths.sum())
+            self._units_in += units
+            self._tokens_in += tokens
+            slots = self.storage.add(batch, self._version, self._projected_units())
+            keys = self.storage.keys_of(slots)  # before any rule below can evict (and re-key) them
+            self.sampler.on_insert(slots)
+            self._evict(self.sampler.retention(0), "retention")  # an insert wider than a window
+            self._inserts += n
+            self._insert_calls += 1
+            if self.eviction.max_age is not None:
+                stale = slots[
+                    self.storage.policy_version[slots] < self._version - self.eviction.max_age
+                ]
+                self._evict(stale, "max_age")
+            self._cond.notify_all()
+        return keys
+
+    def _projected_units(self) -> float:
+        """Arena units the table will hold at capacity, from the mean rollout seen so far."""
+        per_rollout = self._units_in / max(1, self._inserts + 1)
+        projected = per_rollout * self.max_rollouts
+        if self.eviction.max_tokens is not None and self._tokens_in:
+            projected = min(projected, self.eviction.max_tokens * self._units_in / self._tokens_in)
+        return projected
+
+    # ----------------------------------------------------------------- sample
+    def sample(
+        self, batch_size: int, *, timeout: float | None = None, pad_id: int = 0
+    ) -> Sample:
+        """Draw `batch_size` rollouts as a learner-ready `Sample`. Blocks while the limiter says so."""
+        n = _batch_size(batch_size)
+        wait = _timeout(timeout)
+        self.rate_limiter.check_sample_size(n)
+        if not self.sampler.with_replacement and n > self.max_rollouts:
+            raise ValueError(
+                f"batch_size = {n} exceeds max_rollouts = {self.max_rollouts} and the "
+                f"{self.sampler.name!r} sampler draws without replacement"
+            )
+        with self._cond:
+            self._wait(lambda: self._can_sample(n), wait, f"sample of {n} rollouts")
+            slots, probabilities = self.sampler.sample(n, self._rng)
+            result = self._build_sample(slots, probabilities, pad_id, count=True)
+            self._evict(self.eviction.for_times_sampled(self.storage, slots), "max_times_sampled")
+            self._cond.notify_all()
+        return result
+
+    def _can_sample(self, n: int) -> bool:
+        if self.size == 0:
+            return False
+        if not self.rate_limiter.can_sample(n, self.size, self._inserts, self._samples):
+            return False
+        return self.sampler.with_replacement or self.sampler.available() >= n
+
+    def _build_sample(
+        self, slots: I64, probabilities: npt.NDArray[np.float64], pad_id: int, *, count: bool
+    ) -> Sample:
+        st = self.storage
+        ids, logprobs, attention, loss = st.gather_padded(slots, pad_id)
+        if count:
+            _increment(st.times_sampled, slots)
+        ages = self._version - st.policy_version[slots]
+        if count and len(slots):
+            self._samples += len(slots)
+            self._sample_calls += 1
+            self._sampled_age_sum += int(ages.sum())
+            self._sampled_age_max = max(self._sampled_age_max, int(ages.max()))
+        return Sample(
+            input_ids=ids,
+            behaviour_logprobs=logprobs,
+            attention_mask=attention,
+            loss_mask=loss,
+            keys=st.keys_of(slots),
+            ages=ages,
+            times_sampled=st.times_sampled[slots],
+            probabilities=probabilities,
+            importance_weights=self.sampler.importance_weights(probabilities),
+            rewards=st.reward[slots],
+            advantages=st.advantage[slots],
+            policy_versions=st.policy_version[slots],
+            group_ids=st.group_id[slots],
+            prompt_lengths=st.prompt_len[slots],
+            completion_lengths=st.completion_len[slots],
+            correct=st.correct[slots],
+            finish_reasons=st.finish_reason[slots],
+            task_codes=st.task_code[slots],
+            sources=np.zeros(len(slots), dtype=np.int8),
+            task_names=tuple(st.task_names),
+        )
+
+    def get(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
+        """Read stored rollouts by key without counting a sample; also returns which keys exist."""
+        key_array = _keys(keys)
+        with self._cond:
+            slots, found = self.storage.slots_of(key_array)
+            hit = slots[found]
+            result = self._build_sample(hit, np.ones(len(hit)), pad_id, count=False)
+        return result, found
+
+    # ----------------------------------------------------------------- updates
+    def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
+        """Set priorities for stored keys; keys already evicted are skipped. Returns how many."""
+        key_array = _keys(keys)
+        values = np.asarray(priorities, dtype=np.float64)
+        if values.shape != key_array.shape:
+            raise ValueError(f"priorities has shape {values.shape}, keys has {key_array.shape}")
+        with self._cond:
+            slots, found = self.storage.slots_of(key_array)
+            self.sampler.update_priorities(slots[found], values[found])
+            return int(found.sum())
+
+    def set_policy_version(self, version: int) -> int:
+        """Advance the learner's policy version; evicts rollouts past `max_age`. Returns evictions."""
+        if isinstance(version, bool) or not isinstance(version, int | np.integer):
+            raise ValueError(f"version = {version!r}: must be an integer")
+        with self._cond:
+            if version < self._version:
+                raise ValueError(f"version = {version}: policy versions only move forward "
+                                 f"(table is at {self._version})")
+            self._version = int(version)
+            stale = self.eviction.for_age(self.storage, self._version)
+            self._evict(stale, "max_age")
+            self._cond.notify_all()
+            return len(stale)
+
+    def remove(self, keys: npt.ArrayLike) -> int:
+        """Remove stored rollouts by key (missing keys are ignored). Returns how many."""
+        key_array = _keys(keys)
+        with self._cond:
+            slots, found = self.storage.slots_of(key_array)
+            hit = np.unique(slots[found])
+            self._evict(hit, "removed")
+            self._cond.notify_all()
+            return len(hit)
+
+    def _evict(self, slots: I64, reason: str) -> None:
+        if len(slots) == 0:
+            return
+        unique = np.unique(slots)
+        unique = unique[self.storage.live[unique]]  # two rules may pick the same rollout
+        if len(unique) == 0:
+            return
+        self.sampler.on_remove(unique)
+        self.storage.remove(unique)
+        self._evictions[reason] += len(unique)
+
+    # ----------------------------------------------------------------- blocking
+    def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._closed:
+                raise TableClosed(f"table {self.name!r} is closed ({what})")
+            if ready():
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise RateLimiterTimeout(
+                    f"{what} on table {self.name!r} timed out after {timeout}s: size={self.size}, "
+                    f"inserts={self._inserts}, samples={self._samples}, "
+                    f"samples_per_insert={self.rate_limiter.samples_per_insert}, "
+                    f"band=[{self.rate_limiter.min_diff}, {self.rate_limiter.max_diff}]"
+                )
+            self._cond.wait(remaining)
+
+    def close(self) -> None:
+        """Refuse further calls and wake every blocked caller (they raise TableClosed)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    # ----------------------------------------------------------------- stats
+    def stats(self) -> TableStats:
+        with self._cond:
+            st = self.storage
+            live = st.live_slots()
+            return TableStats(
+                name=self.name,
+                size=st.size,
+                max_rollouts=self.max_rollouts,
+                num_tokens=st.num_tokens,
+                max_tokens=self.eviction.max_tokens,
+                nbytes=st.nbytes,
+                payload_nbytes=st.payload_nbytes,
+                policy_version=self._version,
+                inserts=self._inserts,
+                insert_calls=self._insert_calls,
+                samples=self._samples,
+                sample_calls=self._sample_calls,
+                evictions=dict(self._evictions),
+                age_histogram=_histogram(self._version - st.policy_version[live]),
+                reuse_histogram=_histogram(st.times_sampled[live]),
+                sampled_age_mean=self._sampled_age_sum / max(1, self._samples),
+                sampled_age_max=self._sampled_age_max,
+            )
+
+    # ----------------------------------------------------------------- checkpoints
+    def save(self, path: str | Path) -> Path:
+        """Write an atomic checkpoint directory (arrays + JSON manifest, no pickle)."""
+        from llm_replay.buffer.checkpoint import save_table
+
+        return save_table(self, Path(path))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ReplayTable:
+        """Rebuild a table from `save`; its future samples equal the original's."""
+        from llm_replay.buffer.checkpoint import load_table
+
+        return load_table(Path(path))
+
+    def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """(JSON-serialisable manifest, named arrays) describing this table exactly."""
+        with self._cond:
+            meta = {
+                "name": self.name,
+                "seed": self.seed,
+                "eviction": asdict(self.eviction),
+                "sampler": {"name": self.sampler.name, "config": self.sampler.config()},
+                "rate_limiter": self.rate_limiter.config(),
+                "rng": self._rng.bit_generator.state,
+                "counters": {
+                    "version": self._version,
+                    "inserts": self._inserts,
+                    "insert_calls": self._insert_calls,
+                    "samples": self._samples,
+                    "sample_calls": self._sample_calls,
+                    "units_in": self._units_in,
+                    "tokens_in": self._tokens_in,
+                    "sampled_age_sum": self._sampled_age_sum,
+                    "sampled_age_max": self._sampled_age_max,
+                },
+                "evictions": dict(self._evictions),
+                "storage": self.storage.state_meta(),
+            }
+            arrays = {f"storage.{k}": v for k, v in self.storage.state_arrays().items()}
+            arrays.update({f"sampler.{k}": v for k, v in self.sampler.state_arrays().items()})
+            return meta, arrays
+
+    @classmethod
+    def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> ReplayTable:
+        from llm_replay.buffer.samplers import make_sampler
+
+        eviction = meta["eviction"]
+        table = cls(
+            eviction["max_rollouts"],
+            sampler=make_sampler(meta["sampler"]["name"], **meta["sampler"]["config"]),
+            max_tokens=eviction["max_tokens"],
+            max_age=eviction["max_age"],
+            max_times_sampled=eviction["max_times_sampled"],
+            rate_limiter=RateLimiter.from_config(meta["rate_limiter"]),
+            seed=meta["seed"],
+            name=meta["name"],
+        )
+        storage_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("storage.")}
+        sampler_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("sampler.")}
+        table.storage.load_state(meta["storage"], storage_arrays)
+        table.sampler.load_state_arrays(sampler_arrays)
+        table._rng.bit_generator.state = meta["rng"]
+        counters = meta["counters"]
+        table._version = int(counters["version"])
+        table._inserts = int(counters["inserts"])
+        table._insert_calls = int(counters["insert_calls"])
+        table._samples = int(counters["samples"])
+        table._sample_calls = int(counters["sample_calls"])
+        table._units_in = int(counters["units_in"])
+        table._tokens_in = int(counters["tokens_in"])
+        table._sampled_age_sum = int(counters["sampled_age_sum"])
+        table._sampled_age_max = int(counters["sampled_age_max"])
+        table._evictions.update({k: int(v) for k, v in meta["evictions"].items()})
+        return table
+
+
+def _increment(counter: npt.NDArray[np.int32], slots: I64) -> None:
+    """counter[slots] += 1, counting repeated slots once per occurrence."""
+    ordered = np.sort(slots)
+    if len(ordered) < 2 or bool((ordered[1:] != ordered[:-1]).all()):
+        counter[slots] += 1  # no repeats: the fast buffered form is exact
+    else:
+        np.add.at(counter, slots, 1)
+
+
+def _keys(keys: npt.ArrayLike) -> I64:
+    array = np.asarray(keys)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ValueError(f"keys = {keys!r}: must be a 1-D array of integers")
+    return array.astype(np.int64, copy=False)

@@ -1,0 +1,690 @@
+"""The data model: Rollout, Group and RolloutBatch, validated at construction.
+
+A *rollout* is one completion of one prompt: prompt token ids, completion token ids, the behaviour
+log-prob of every completion token (from the logits that sampled it), a reward, an advantage
+(optional until computed), the group it was scored in, the policy version of the weights that
+generated it, and a little task metadata.
+
+`Rollout` and `Group` are the per-item views people write by hand and read in tests. `RolloutBatch`
+is the columnar form that crosses every seam (generator -> table -> learner): flat token arrays plus
+per-rollout lengths, so a batch of thousands of variable-length rollouts is a handful of numpy
+arrays rather than thousands of Python objects. Its validation is vectorised over the whole batch.
+
+Every check raises `InvalidRolloutError` naming the field (with the rollout's index inside a batch)
+and the offending value. Token ids are stored as int32 and log-probs as float32: vocabularies fit
+in 31 bits and behaviour log-probs never need more than single precision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int32]
+FloatArray = npt.NDArray[np.float32]
+
+FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
+"""Why generation ended: an end-of-sequence token, the length limit, or an aborted request."""
+
+MAX_TOKEN_ID = np.iinfo(np.int32).max
+
+
+class InvalidRolloutError(ValueError):
+    """A rollout (or a batch of them) failed validation; `field` names what was wrong."""
+
+    def __init__(self, field: str, value: object, reason: str) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"{field} = {_short(value)}: {reason}")
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _as_token_ids(name: str, values: object) -> IntArray:
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise InvalidRolloutError(name, values, f"must be a 1-D sequence, got {array.ndim}-D")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if array.dtype.kind not in "iu":
+        raise InvalidRolloutError(name, values, f"token ids must be integers, got {array.dtype}")
+    low, high = int(array.min()), int(array.max())
+    if low < 0:
+        raise InvalidRolloutError(name, low, "token ids must be non-negative")
+    if high > MAX_TOKEN_ID:
+        raise InvalidRolloutError(name, high, f"token ids must be <= {MAX_TOKEN_ID}")
+    return array.astype(np.int32, copy=False)
+
+
+def _as_logprobs(name: str, values: object) -> FloatArray:
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise InvalidRolloutError(name, values, f"must be a 1-D sequence, got {array.ndim}-D")
+    if array.size and array.dtype.kind not in "fiu":
+        raise InvalidRolloutError(name, values, f"log-probs must be real numbers, got {array.dtype}")
+    array = array.astype(np.float32, copy=False)
+    bad = ~np.isfinite(array) | (array > 0)
+    if bad.any():
+        index = int(np.argmax(bad))
+        raise InvalidRolloutError(
+            f"{name}[{index}]", float(array[index]), "log-probs must be finite and <= 0"
+        )
+    return array
+
+
+def _as_int(name: str, value: object, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise InvalidRolloutError(name, value, "must be an integer")
+    result = int(value)
+    if minimum is not None and result < minimum:
+        raise InvalidRolloutError(name, value, f"must be >= {minimum}")
+    return result
+
+
+def _as_finite(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InvalidRolloutError(name, value, "must be a real number")
+    result = float(value)
+    if not math.isfinite(result):
+        raise InvalidRolloutError(name, value, "must be finite")
+    return result
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Rollout:
+    """One completion of one prompt, validated on construction."""
+
+    prompt_ids: IntArray
+    completion_ids: IntArray
+    behaviour_logprobs: FloatArray
+    reward: float
+    group_id: int
+    policy_version: int
+    advantage: float | None = None
+    task: str = ""
+    correct: bool | None = None
+    finish_reason: str = "stop"
+    allow_empty: bool = False
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "prompt_ids", _as_token_ids("prompt_ids", self.prompt_ids))
+        set_(self, "completion_ids", _as_token_ids("completion_ids", self.completion_ids))
+        set_(
+            self,
+            "behaviour_logprobs",
+            _as_logprobs("behaviour_logprobs", self.behaviour_logprobs),
+        )
+        if self.prompt_ids.size == 0:
+            raise InvalidRolloutError("prompt_ids", [], "a rollout needs at least one prompt token")
+        if len(self.behaviour_logprobs) != len(self.completion_ids):
+            raise InvalidRolloutError(
+                "behaviour_logprobs",
+                f"<{len(self.behaviour_logprobs)} values>",
+                f"needs one log-prob per completion token ({len(self.completion_ids)})",
+            )
+        if self.completion_ids.size == 0 and not self.allow_empty:
+            raise InvalidRolloutError(
+                "completion_ids", [], "empty completion; pass allow_empty=True if intended"
+            )
+        set_(self, "reward", _as_finite("reward", self.reward))
+        if self.advantage is not None:
+            set_(self, "advantage", _as_finite("advantage", self.advantage))
+        set_(self, "group_id", _as_int("group_id", self.group_id, minimum=0))
+        set_(self, "policy_version", _as_int("policy_version", self.policy_version, minimum=0))
+        if not isinstance(self.task, str):
+            raise InvalidRolloutError("task", self.task, "must be a string")
+        if self.correct is not None and not isinstance(self.correct, bool | np.bool_):
+            raise InvalidRolloutError("correct", self.correct, "must be True, False or None")
+        if self.finish_reason not in FINISH_REASONS:
+            raise InvalidRolloutError("finish_reason", self.finish_reason, f"not in {FINISH_REASONS}")
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return int(self.prompt_ids.size + self.completion_ids.size)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return {"task": self.task, "correct": self.correct, "finish_reason": self.finish_reason}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rollout):
+            return NotImplemented
+        return (
+            np.array_equal(self.prompt_ids, other.prompt_ids)
+            and np.array_equal(self.completion_ids, other.completion_ids)
+            and np.array_equal(self.behaviour_logprobs, other.behaviour_logprobs)
+            and self.reward == other.reward
+            and self.advantage == other.advantage
+            and self.group_id == other.group_id
+            and self.policy_version == other.policy_version
+            and self.metadata == other.metadata
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """The rollouts of one prompt instance, scored together (GRPO's group)."""
+
+    rollouts: tuple[Rollout, ...]
+
+    def __init__(self, rollouts: Sequence[Rollout]) -> None:
+        items = tuple(rollouts)
+        if not items:
+            raise InvalidRolloutError("group.rollouts", [], "a group needs at least one rollout")
+        for index, item in enumerate(items):
+            if not isinstance(item, Rollout):
+                raise InvalidRolloutError(f"group.rollouts[{index}]", item, "must be a Rollout")
+        first = items[0]
+        for index, item in enumerate(items[1:], start=1):
+            if item.group_id != first.group_id:
+                raise InvalidRolloutError(
+                    f"group.rollouts[{index}].group_id",
+                    item.group_id,
+                    f"differs from the group's id {first.group_id}",
+                )
+            if not np.array_equal(item.prompt_ids, first.prompt_ids):
+                raise InvalidRolloutError(
+                    f"group.rollouts[{index}].prompt_ids",
+                    item.prompt_ids,
+                    "every rollout of a group shares one prompt",
+                )
+        object.__setattr__(self, "rollouts", items)
+
+    @property
+    def group_id(self) -> int:
+        return self.rollouts[0].group_id
+
+    @property
+    def prompt_ids(self) -> IntArray:
+        return self.rollouts[0].prompt_ids
+
+    @property
+    def rewards(self) -> npt.NDArray[np.float64]:
+        return np.array([r.reward for r in self.rollouts], dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.rollouts)
+
+    def __iter__(self) -> Iterator[Rollout]:
+        return iter(self.rollouts)
+
+    def to_batch(self) -> RolloutBatch:
+        return RolloutBatch.from_rollouts(self.rollouts)
+
+
+def _offsets(lengths: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def _lengths_of(name: str, items: Sequence[object]) -> npt.NDArray[np.int32]:
+    try:
+        return np.fromiter((len(x) for x in items), dtype=np.int32, count=len(items))  # type: ignore[arg-type]
+    except TypeError as error:
+        raise InvalidRolloutError(name, items, "must be a sequence of 1-D sequences") from error
+
+
+def _concat(parts: Sequence[object], dtype: type) -> npt.NDArray[Any]:
+    if not parts:
+        return np.zeros(0, dtype=dtype)
+    arrays = [np.asarray(p) for p in parts]
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
+
+
+def _row_of(flat_index: int, offsets: npt.NDArray[np.int64]) -> tuple[int, int]:
+    row = int(np.searchsorted(offsets, flat_index, side="right") - 1)
+    return row, int(flat_index - offsets[row])
+
+
+@dataclass(frozen=True, eq=False)
+class RolloutBatch:
+    """Columnar rollouts: flat token arrays plus per-rollout lengths and scalars.
+
+    Shapes (N rollouts, P = sum of prompt lengths, C = sum of completion lengths):
+    prompt_ids [P] int32, prompt_lengths [N] int32, completion_ids [C] int32,
+    completion_lengths [N] int32, behaviour_logprobs [C] float32, rewards/advantages [N] float64
+    (advantage NaN = not computed yet), group_ids/policy_versions [N] int64, correct [N] int8
+    (-1 unknown), finish_reasons [N] uint8 (index into FINISH_REASONS), task_codes [N] int16 with
+    task_names the code -> name table.
+    """
+
+    prompt_ids: IntArray
+    prompt_lengths: npt.NDArray[np.int32]
+    completion_ids: IntArray
+    completion_lengths: npt.NDArray[np.int32]
+    behaviour_logprobs: FloatArray
+    rewards: npt.NDArray[np.float64]
+    advantages: npt.NDArray[np.float64]
+    group_ids: npt.NDArray[np.int64]
+    policy_versions: npt.NDArray[np.int64]
+    correct: npt.NDArray[np.int8]
+    finish_reasons: npt.NDArray[np.uint8]
+    task_codes: npt.NDArray[np.int16]
+    task_names: tuple[str, ...] = field(default=("",))
+
+    # ----------------------------------------------------------------- constructors
+    @classmethod
+    def from_ragged(
+        cls,
+        *,
+        prompt_ids: Sequence[object],
+        completion_ids: Sequence[object],
+        behaviour_logprobs: Sequence[object],
+        rewards: object,
+        group_ids: object,
+        policy_versions: object,
+        advantages: object | None = None,
+        correct: object | None = None,
+        finish_reasons: Sequence[str] | None = None,
+        tasks: Sequence[str] | str = "",
+        allow_empty: bool = False,
+    ) -> RolloutBatch:
+        """Build and validate a batch from per-rollout sequences (what inference engines return)."""
+        n = len(completion_ids)
+        for name, items in (("prompt_ids", prompt_ids), ("behaviour_logprobs", behaviour_logprobs)):
+            if len(items) != n:
+                raise InvalidRolloutError(name, f"<{len(items)} rows>", f"expected {n} rows")
+        prompt_lengths = _lengths_of("prompt_ids", prompt_ids)
+        completion_lengths = _lengths_of("completion_ids", completion_ids)
+        logprob_lengths = _lengths_of("behaviour_logprobs", behaviour_logprobs)
+        mismatch = np.flatnonzero(logprob_lengths != completion_lengths)
+        if mismatch.size:
+            i = int(mismatch[0])
+            raise InvalidRolloutError(
+                f"rollouts[{i}].behaviour_logprobs",
+                f"<{logprob_lengths[i]} values>",
+                f"needs one log-prob per completion token ({completion_lengths[i]})",
+            )
+        codes, names = _encode_tasks(tasks, n)
+        return cls.from_flat(
+            prompt_ids=_concat(prompt_ids, np.int32),
+            prompt_lengths=prompt_lengths,
+            completion_ids=_concat(completion_ids, np.int32),
+            completion_lengths=completion_lengths,
+            behaviour_logprobs=_concat(behaviour_logprobs, np.float32),
+            rewards=rewards,
+            group_ids=group_ids,
+            policy_versions=policy_versions,
+            advantages=advantages,
+            correct=correct,
+            finish_reasons=finish_reasons,
+            task_codes=codes,
+            task_names=names,
+            allow_empty=allow_empty,
+        )
+
+    @classmethod
+    def from_flat(
+        cls,
+        *,
+        prompt_ids: object,
+        prompt_lengths: object,
+        completion_ids: object,
+        completion_lengths: object,
+        behaviour_logprobs: object,
+        rewards: object,
+        group_ids: object,
+        policy_versions: object,
+        advantages: object | None = None,
+        correct: object | None = None,
+        finish_reasons: Sequence[str] | npt.NDArray[np.uint8] | None = None,
+        task_codes: object | None = None,
+        task_names: Sequence[str] = ("",),
+        allow_empty: bool = False,
+    ) -> RolloutBatch:
+        """Build and validate a batch from flat arrays and lengths (vectorised checks)."""
+        p_len = _lengths_array("prompt_lengths", prompt_lengths)
+        c_len = _lengths_array("completion_lengths", completion_lengths)
+        n = len(c_len)
+        if len(p_len) != n:
+            raise InvalidRolloutError("prompt_lengths", f"<{len(p_len)} rows>", f"expected {n}")
+        p_off, c_off = _offsets(p_len), _offsets(c_len)
+        p_ids = _flat_ids("prompt_ids", prompt_ids, p_off)
+        c_ids = _flat_ids("completion_ids", completion_ids, c_off)
+        logprobs = _flat_logprobs(behaviour_logprobs, c_off)
+        empty_prompt = np.flatnonzero(p_len == 0)
+        if empty_prompt.size:
+            raise InvalidRolloutError(
+                f"rollouts[{int(empty_prompt[0])}].prompt_ids", [], "needs at least one token"
+            )
+        empty = np.flatnonzero(c_len == 0)
+        if empty.size and not allow_empty:
+            raise InvalidRolloutError(
+                f"rollouts[{int(empty[0])}].completion_ids",
+                [],
+                "empty completion; pass allow_empty=True if intended",
+            )
+        reward_arr = _per_rollout_floats("rewards", rewards, n, allow_nan=False)
+        adv_arr = (
+            np.full(n, np.nan)
+            if advantages is None
+            else _per_rollout_floats("advantages", advantages, n, allow_nan=True)
+        )
+        group_arr = _per_rollout_ints("group_ids", group_ids, n)
+        version_arr = _per_rollout_ints("policy_versions", policy_versions, n)
+        correct_arr = _correct_array(correct, n)
+        finish_arr = _finish_array(finish_reasons, n)
+        names = tuple(task_names)
+        if task_codes is None:
+            codes = np.zeros(n, dtype=np.int16)
+        else:
+            codes = np.asarray(task_codes, dtype=np.int16)
+            if codes.shape != (n,) or (n and (codes.min() < 0 or codes.max() >= len(names))):
+                raise InvalidRolloutError("task_codes", task_codes, f"must index task_names {names}")
+        return cls(
+            prompt_ids=p_ids,
+            prompt_lengths=p_len,
+            completion_ids=c_ids,
+            completion_lengths=c_len,
+            behaviour_logprobs=logprobs,
+            rewards=reward_arr,
+            advantages=adv_arr,
+            group_ids=group_arr,
+            policy_versions=version_arr,
+            correct=correct_arr,
+            finish_reasons=finish_arr,
+            task_codes=codes,
+            task_names=names,
+        )
+
+    @classmethod
+    def from_rollouts(cls, rollouts: Sequence[Rollout] | Group) -> RolloutBatch:
+        items = list(rollouts)
+        for index, item in enumerate(items):
+            if not isinstance(item, Rollout):
+                raise InvalidRolloutError(f"rollouts[{index}]", item, "must be a Rollout")
+        names: dict[str, int] = {"": 0}
+        codes = np.array([names.setdefault(r.task, len(names)) for r in items], dtype=np.int16)
+        return cls.from_flat(
+            prompt_ids=_concat([r.prompt_ids for r in items], np.int32),
+            prompt_lengths=np.array([r.prompt_ids.size for r in items], dtype=np.int32),
+            completion_ids=_concat([r.completion_ids for r in items], np.int32),
+            completion_lengths=np.array([r.completion_ids.size for r in items], dtype=np.int32),
+            behaviour_logprobs=_concat([r.behaviour_logprobs for r in items], np.float32),
+            rewards=np.array([r.reward for r in items], dtype=np.float64),
+            advantages=np.array(
+                [np.nan if r.advantage is None else r.advantage for r in items], dtype=np.float64
+            ),
+            group_ids=np.array([r.group_id for r in items], dtype=np.int64),
+            policy_versions=np.array([r.policy_version for r in items], dtype=np.int64),
+            correct=np.array([-1 if r.correct is None else int(r.correct) for r in items], np.int8),
+            finish_reasons=[r.finish_reason for r in items],
+            task_codes=codes,
+            task_names=tuple(names),
+            allow_empty=True,  # each Rollout already enforced its own flag
+        )
+
+    @classmethod
+    def coerce(cls, data: RolloutBatch | Group | Rollout | Sequence[Rollout]) -> RolloutBatch:
+        """Accept any of the data-model types where a batch is expected."""
+        if isinstance(data, RolloutBatch):
+            return data
+        if isinstance(data, Rollout):
+            return cls.from_rollouts([data])
+        if isinstance(data, Group):
+            return cls.from_rollouts(data.rollouts)
+        if isinstance(data, Sequence) and not isinstance(data, str | bytes):
+            return cls.from_rollouts(data)
+        raise InvalidRolloutError("rollouts", data, "expected a RolloutBatch, Group or Rollouts")
+
+    @classmethod
+    def concat(cls, batches: Sequence[RolloutBatch]) -> RolloutBatch:
+        if not batches:
+            raise ValueError("concat needs at least one batch")
+        names: dict[str, int] = {}
+        code_parts = []
+        for batch in batches:
+            remap = np.array(
+                [names.setdefault(name, len(names)) for name in batch.task_names], dtype=np.int16
+            )
+            code_parts.append(remap[batch.task_codes])
+        return cls(
+            prompt_ids=np.concatenate([b.prompt_ids for b in batches]),
+            prompt_lengths=np.concatenate([b.prompt_lengths for b in batches]),
+            completion_ids=np.concatenate([b.completion_ids for b in batches]),
+            completion_lengths=np.concatenate([b.completion_lengths for b in batches]),
+            behaviour_logprobs=np.concatenate([b.behaviour_logprobs for b in batches]),
+            rewards=np.concatenate([b.rewards for b in batches]),
+            advantages=np.concatenate([b.advantages for b in batches]),
+            group_ids=np.concatenate([b.group_ids for b in batches]),
+            policy_versions=np.concatenate([b.policy_versions for b in batches]),
+            correct=np.concatenate([b.correct for b in batches]),
+            finish_reasons=np.concatenate([b.finish_reasons for b in batches]),
+            task_codes=np.concatenate(code_parts),
+            task_names=tuple(names),
+        )
+
+    # ----------------------------------------------------------------- views
+    def __len__(self) -> int:
+        return len(self.completion_lengths)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.prompt_ids.size + self.completion_ids.size)
+
+    @property
+    def token_counts(self) -> npt.NDArray[np.int64]:
+        return self.prompt_lengths.astype(np.int64) + self.completion_lengths
+
+    def __getitem__(self, index: int) -> Rollout:
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError(f"rollout index {index} out of range for a batch of {n}")
+        i = index % n
+        p0 = int(self.prompt_lengths[:i].sum())
+        c0 = int(self.completion_lengths[:i].sum())
+        p1, c1 = p0 + int(self.prompt_lengths[i]), c0 + int(self.completion_lengths[i])
+        return self._rollout(i, p0, p1, c0, c1)
+
+    def _rollout(self, i: int, p0: int, p1: int, c0: int, c1: int) -> Rollout:
+        advantage = float(self.advantages[i])
+        correct = int(self.correct[i])
+        return Rollout(
+            prompt_ids=self.prompt_ids[p0:p1],
+            completion_ids=self.completion_ids[c0:c1],
+            behaviour_logprobs=self.behaviour_logprobs[c0:c1],
+            reward=float(self.rewards[i]),
+            advantage=None if math.isnan(advantage) else advantage,
+            group_id=int(self.group_ids[i]),
+            policy_version=int(self.policy_versions[i]),
+            task=self.task_names[int(self.task_codes[i])],
+            correct=None if correct < 0 else bool(correct),
+            finish_reason=FINISH_REASONS[int(self.finish_reasons[i])],
+            allow_empty=True,
+        )
+
+    def __iter__(self) -> Iterator[Rollout]:
+        p_off, c_off = _offsets(self.prompt_lengths), _offsets(self.completion_lengths)
+        for i in range(len(self)):
+            yield self._rollout(
+                i, int(p_off[i]), int(p_off[i + 1]), int(c_off[i]), int(c_off[i + 1])
+            )
+
+    def rollouts(self) -> list[Rollout]:
+        return list(self)
+
+    def with_advantages(self, advantages: object) -> RolloutBatch:
+        values = _per_rollout_floats("advantages", advantages, len(self), allow_nan=False)
+        return _replace(self, advantages=values)
+
+    def select(self, indices: npt.ArrayLike) -> RolloutBatch:
+        """The rollouts at `indices`, in that order."""
+        idx = np.asarray(indices, dtype=np.int64)
+        p_off, c_off = _offsets(self.prompt_lengths), _offsets(self.completion_lengths)
+        p_take = concat_ranges(p_off[idx], self.prompt_lengths[idx])
+        c_take = concat_ranges(c_off[idx], self.completion_lengths[idx])
+        return RolloutBatch(
+            prompt_ids=self.prompt_ids[p_take],
+            prompt_lengths=self.prompt_lengths[idx],
+            completion_ids=self.completion_ids[c_take],
+            completion_lengths=self.completion_lengths[idx],
+            behaviour_logprobs=self.behaviour_logprobs[c_take],
+            rewards=self.rewards[idx],
+            advantages=self.advantages[idx],
+            group_ids=self.group_ids[idx],
+            policy_versions=self.policy_versions[idx],
+            correct=self.correct[idx],
+            finish_reasons=self.finish_reasons[idx],
+            task_codes=self.task_codes[idx],
+            task_names=self.task_names,
+        )
+
+    def task_of(self) -> list[str]:
+        return [self.task_names[int(c)] for c in self.task_codes]
+
+    def metadata_of(self, index: int) -> Mapping[str, Any]:
+        return self[index].metadata
+
+
+def concat_ranges(starts: npt.ArrayLike, lengths: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """Concatenated aranges [s, s + l) for each (s, l), vectorised."""
+    length_arr = np.asarray(lengths, dtype=np.int64)
+    total = int(length_arr.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(length_arr)
+    shifts = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - length_arr), length_arr)
+    return shifts + np.arange(total, dtype=np.int64)
+
+
+def _replace(batch: RolloutBatch, **changes: Any) -> RolloutBatch:
+    values = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
+    values.update(changes)
+    return RolloutBatch(**values)
+
+
+def _encode_tasks(tasks: Sequence[str] | str, n: int) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
+    if isinstance(tasks, str):
+        return np.zeros(n, dtype=np.int16), (tasks,)
+    if len(tasks) != n:
+        raise InvalidRolloutError("tasks", f"<{len(tasks)} rows>", f"expected {n} rows")
+    names: dict[str, int] = {}
+    for index, task in enumerate(tasks):
+        if not isinstance(task, str):
+            raise InvalidRolloutError(f"rollouts[{index}].task", task, "must be a string")
+    codes = np.array([names.setdefault(t, len(names)) for t in tasks], dtype=np.int16)
+    return codes, tuple(names) or ("",)
+
+
+def _lengths_array(name: str, values: object) -> npt.NDArray[np.int32]:
+    array = np.asarray(values)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise InvalidRolloutError(name, values, "must be a 1-D integer array")
+    if array.size and array.min() < 0:
+        raise InvalidRolloutError(name, int(array.min()), "lengths must be non-negative")
+    return array.astype(np.int32, copy=False)
+
+
+def _flat_ids(name: str, values: object, offsets: npt.NDArray[np.int64]) -> IntArray:
+    array = np.asarray(values)
+    if array.ndim != 1 or len(array) != offsets[-1]:
+        raise InvalidRolloutError(name, f"<{array.shape}>", f"expected {int(offsets[-1])} tokens")
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if array.dtype.kind not in "iu":
+        raise InvalidRolloutError(name, values, f"token ids must be integers, got {array.dtype}")
+    bad = (array < 0) | (array > MAX_TOKEN_ID)
+    if bad.any():
+        row, col = _row_of(int(np.argmax(bad)), offsets)
+        value = int(array[int(np.argmax(bad))])
+        raise InvalidRolloutError(
+            f"rollouts[{row}].{name}[{col}]", value, f"token ids must be in [0, {MAX_TOKEN_ID}]"
+        )
+    return array.astype(np.int32, copy=False)
+
+
+def _flat_logprobs(values: object, offsets: npt.NDArray[np.int64]) -> FloatArray:
+    array = np.asarray(values)
+    if array.ndim != 1 or len(array) != offsets[-1]:
+        raise InvalidRolloutError(
+            "behaviour_logprobs", f"<{array.shape}>", f"expected {int(offsets[-1])} values"
+        )
+    if array.size and array.dtype.kind not in "fiu":
+        raise InvalidRolloutError("behaviour_logprobs", values, f"must be real, got {array.dtype}")
+    array = array.astype(np.float32, copy=False)
+    # One pass: NaN compares False, so `<= 0` alone rejects NaN and +inf; -inf is caught separately.
+    ok = array <= 0
+    if not ok.all() or (array.size and np.isneginf(array.min())):
+        bad = ~ok | np.isneginf(array)
+        flat = int(np.argmax(bad))
+        row, col = _row_of(flat, offsets)
+        raise InvalidRolloutError(
+            f"rollouts[{row}].behaviour_logprobs[{col}]",
+            float(array[flat]),
+            "log-probs must be finite and <= 0",
+        )
+    return array
+
+
+def _per_rollout_floats(name: str, values: object, n: int, *, allow_nan: bool) -> npt.NDArray[np.float64]:
+    array = np.asarray(values)
+    if array.ndim == 0:
+        array = np.full(n, array)
+    if array.shape != (n,) or (array.size and array.dtype.kind not in "fiub"):
+        raise InvalidRolloutError(name, values, f"expected {n} real numbers")
+    if array.dtype.kind == "b":
+        raise InvalidRolloutError(name, values, "expected real numbers, got booleans")
+    array = array.astype(np.float64, copy=False)
+    bad = np.isinf(array) if allow_nan else ~np.isfinite(array)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", float(array[i]), "must be finite")
+    return array
+
+
+def _per_rollout_ints(name: str, values: object, n: int) -> npt.NDArray[np.int64]:
+    array = np.asarray(values)
+    if array.ndim == 0:
+        array = np.full(n, array)
+    if array.shape != (n,) or (array.size and array.dtype.kind not in "iu"):
+        raise InvalidRolloutError(name, values, f"expected {n} integers")
+    array = array.astype(np.int64, copy=False)
+    if array.size and array.min() < 0:
+        i = int(np.argmin(array))
+        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", int(array[i]), "must be >= 0")
+    return array
+
+
+def _correct_array(values: object | None, n: int) -> npt.NDArray[np.int8]:
+    if values is None:
+        return np.full(n, -1, dtype=np.int8)
+    array = np.asarray(values)
+    if array.shape != (n,):
+        raise InvalidRolloutError("correct", values, f"expected {n} flags")
+    if array.dtype == object:
+        out = np.array([-1 if v is None else int(bool(v)) for v in array], dtype=np.int8)
+        return out
+    array = array.astype(np.int8)
+    if array.size and (array.min() < -1 or array.max() > 1):
+        raise InvalidRolloutError("correct", values, "flags must be -1 (unknown), 0 or 1")
+    return array
+
+
+def _finish_array(values: Sequence[str] | npt.NDArray[np.uint8] | None, n: int) -> npt.NDArray[np.uint8]:
+    if values is None:
+        return np.zeros(n, dtype=np.uint8)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        if values.shape != (n,) or (n and values.max() >= len(FINISH_REASONS)):
+            raise InvalidRolloutError("finish_reasons", values, f"codes index {FINISH_REASONS}")
+        return values.astype(np.uint8)
+    if len(values) != n:
+        raise InvalidRolloutError("finish_reasons", f"<{len(values)} rows>", f"expected {n}")
+    out = np.empty(n, dtype=np.uint8)
+    for i, reason in enumerate(values):
+        if reason not in FINISH_REASONS:
+            raise InvalidRolloutError(f"rollouts[{i}].finish_reason", reason, f"not in {FINISH_REASONS}")
+        out[i] = FINISH_REASONS.index(reason)
+    return out

@@ -1,0 +1,174 @@
+"""Rate limiting: Reverb's semantics, deadlock checks, timeouts, close, and 16-thread traffic."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from llm_replay.buffer import (
+    MinSize,
+    RateLimiterTimeout,
+    ReplayTable,
+    SampleToInsertRatio,
+    TableClosed,
+)
+from tests.conftest import make_batch
+
+
+def test_impossible_settings_are_rejected_at_construction() -> None:
+    with pytest.raises(ValueError, match="narrower than"):
+        SampleToInsertRatio(2.0, 10, error_buffer=4, max_insert_batch=4, max_sample_batch=8)
+    with pytest.raises(ValueError, match="sampling would block forever"):
+        SampleToInsertRatio(1.0, 10, error_buffer=(20.0, 100.0))
+    with pytest.raises(ValueError, match="samples_per_insert"):
+        SampleToInsertRatio(0.0, 10, error_buffer=10)
+    with pytest.raises(ValueError, match="min_size_to_sample"):
+        MinSize(0)
+    with pytest.raises(ValueError, match="sampling could never start"):
+        ReplayTable(10, rate_limiter=MinSize(11))
+
+
+def test_calls_larger_than_declared_are_refused(rng: np.random.Generator) -> None:
+    limiter = SampleToInsertRatio(1.0, 4, error_buffer=20, max_insert_batch=8, max_sample_batch=8)
+    table = ReplayTable(100, rate_limiter=limiter)
+    with pytest.raises(ValueError, match="max_insert_batch"):
+        table.insert(make_batch(rng, 9))
+    with pytest.raises(ValueError, match="max_sample_batch"):
+        table.sample(9)
+    assert table.stats().inserts == 0
+
+
+def test_sample_timeout_leaves_the_table_unchanged(rng: np.random.Generator) -> None:
+    table = ReplayTable(100, rate_limiter=MinSize(10))
+    table.insert(make_batch(rng, 5))
+    before = table.stats().to_dict()
+    start = time.monotonic()
+    with pytest.raises(RateLimiterTimeout, match="timed out after 0.05s"):
+        table.sample(2, timeout=0.05)
+    assert time.monotonic() - start >= 0.05
+    assert table.stats().to_dict() == before
+
+
+def test_insert_blocks_when_ahead_and_resumes_after_samples(rng: np.random.Generator) -> None:
+    limiter = SampleToInsertRatio(1.0, 4, error_buffer=8, max_insert_batch=4, max_sample_batch=4)
+    table = ReplayTable(1000, rate_limiter=limiter)
+    for _ in range(3):
+        table.insert(make_batch(rng, 4))
+    with pytest.raises(RateLimiterTimeout):
+        table.insert(make_batch(rng, 4), timeout=0.02)
+    table.sample(4)
+    table.insert(make_batch(rng, 4), timeout=0.5)
+
+
+def test_close_wakes_blocked_callers(rng: np.random.Generator) -> None:
+    table = ReplayTable(100, rate_limiter=MinSize(50))
+    errors: list[BaseException] = []
+
+    def blocked_sample() -> None:
+        try:
+            table.sample(4)
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=blocked_sample)
+    thread.start()
+    time.sleep(0.05)
+    assert thread.is_alive()
+    table.close()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], TableClosed)
+    with pytest.raises(TableClosed):
+        table.insert(make_batch(rng, 1))
+
+
+@pytest.mark.parametrize("spi", [0.5, 2.0])
+def test_sixteen_producers_one_consumer_stay_in_band(spi: float) -> None:
+    producers, batches, m, n = 16, 12, 8, 16
+    total = producers * batches * m
+    limiter = SampleToInsertRatio(spi, 32, error_buffer=3 * (m * spi + n),
+                                  max_insert_batch=m, max_sample_batch=n)
+    table = ReplayTable(total, rate_limiter=limiter, seed=5)
+    inserted: list[np.ndarray] = []
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def produce(worker: int) -> None:
+        rng = np.random.default_rng(worker)
+        try:
+            for b in range(batches):
+                keys = table.insert(make_batch(rng, m, first_group=worker * 1000 + b), timeout=20)
+                with lock:
+                    inserted.append(keys)
+        except BaseException as error:
+            failures.append(error)
+
+    snapshots: list[tuple[int, int]] = []
+    drawn = 0
+    workers = [threading.Thread(target=produce, args=(w,)) for w in range(producers)]
+
+    def consume() -> None:
+        nonlocal drawn
+        while True:
+            try:
+                drawn += len(table.sample(n, timeout=0.05))
+            except RateLimiterTimeout:
+                if not any(w.is_alive() for w in workers):
+                    return  # producers are done and the limiter says we are far enough ahead
+                continue
+            except BaseException as error:
+                failures.append(error)
+                return
+            stats = table.stats()
+            snapshots.append((stats.inserts, stats.samples))
+
+    threads = [*workers, threading.Thread(target=consume)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not failures, failures
+    assert not any(t.is_alive() for t in threads)
+    keys = np.concatenate(inserted)
+    assert len(keys) == total and len(np.unique(keys)) == total, "nothing lost or duplicated"
+    stored = table.storage.keys_of(table.storage.live_slots())
+    assert np.array_equal(np.sort(stored), np.sort(keys))
+    diffs = np.array([i * spi - s for i, s in snapshots])
+    assert diffs.min() >= limiter.min_diff and diffs.max() <= limiter.max_diff
+    assert table.stats().samples == drawn
+    assert len(snapshots) > 20
+    final = table.stats()
+    assert abs(final.inserts * spi - final.samples - 32 * spi) <= limiter.max_diff - 32 * spi + n
+
+
+def test_queue_under_contention_delivers_each_rollout_once() -> None:
+    producers, batches, m = 16, 10, 4
+    table = ReplayTable.queue(64, max_insert_batch=m, max_sample_batch=1)
+    inserted: list[int] = []
+    lock = threading.Lock()
+    received: list[int] = []
+
+    def produce(worker: int) -> None:
+        rng = np.random.default_rng(worker)
+        for b in range(batches):
+            keys = table.insert(make_batch(rng, m, first_group=worker * 100 + b), timeout=20)
+            with lock:
+                inserted.extend(keys.tolist())
+
+    def consume() -> None:
+        while len(received) < producers * batches * m:
+            received.extend(table.sample(1, timeout=20).keys.tolist())
+
+    threads = [threading.Thread(target=produce, args=(w,)) for w in range(producers)]
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    for t in threads:
+        t.start()
+    for t in [*threads, consumer]:
+        t.join(timeout=60)
+    assert sorted(received) == sorted(inserted)
+    assert len(set(received)) == len(received)
+    assert table.stats().evictions["capacity_rollouts"] == 0, "a full queue blocks, never drops"

@@ -1,0 +1,174 @@
+"""Seeded statistical tests: each sampler draws from the distribution it promises."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from llm_replay.buffer import (
+    Fifo,
+    Groups,
+    PositiveBiased,
+    Prioritized,
+    Recency,
+    ReplayTable,
+    Uniform,
+    make_sampler,
+)
+from llm_replay.buffer.sum_tree import SumTree
+from tests.conftest import make_batch
+
+DRAWS = 120_000
+
+
+def chi2_sf(statistic: float, dof: int) -> float:
+    """Upper tail of the chi-square distribution (Wilson-Hilferty normal approximation)."""
+    z = ((statistic / dof) ** (1 / 3) - (1 - 2 / (9 * dof))) / math.sqrt(2 / (9 * dof))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def frequencies(table: ReplayTable, keys: np.ndarray, batch: int = 1000) -> np.ndarray:
+    index = {k: i for i, k in enumerate(keys.tolist())}
+    counts = np.zeros(len(keys))
+    for _ in range(DRAWS // batch):
+        for k in table.sample(batch).keys.tolist():
+            counts[index[k]] += 1
+    return counts
+
+
+def assert_matches(counts: np.ndarray, expected_p: np.ndarray) -> None:
+    expected = expected_p / expected_p.sum() * counts.sum()
+    statistic = float(((counts - expected) ** 2 / expected).sum())
+    p_value = chi2_sf(statistic, len(counts) - 1)
+    assert p_value > 1e-3, f"chi2 = {statistic:.1f} over {len(counts) - 1} dof, p = {p_value:.2g}"
+
+
+def test_chi2_helper_rejects_a_wrong_distribution() -> None:
+    counts = np.array([1200.0, 1000, 800])
+    assert chi2_sf(float(((counts - 1000) ** 2 / 1000).sum()), 2) < 1e-3
+    assert chi2_sf(2.0, 2) > 0.2
+
+
+def filled(sampler: object, n: int = 48, seed: int = 7, **kwargs: object) -> tuple[ReplayTable, np.ndarray]:
+    table = ReplayTable(n, sampler=sampler, seed=seed, **kwargs)  # type: ignore[arg-type]
+    rng = np.random.default_rng(seed)
+    keys = np.concatenate([table.insert(make_batch(rng, 8, first_group=8 * i, version=i))
+                           for i in range(n // 8)])
+    return table, keys
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_uniform_frequencies(replacement: bool) -> None:
+    table, keys = filled(Uniform(replacement=replacement))
+    counts = frequencies(table, keys, batch=40)
+    assert_matches(counts, np.ones(len(keys)))
+
+
+def test_uniform_without_replacement_has_no_repeats_in_a_batch() -> None:
+    table, _ = filled(Uniform(replacement=False))
+    for _ in range(50):
+        keys = table.sample(48).keys
+        assert len(set(keys.tolist())) == 48
+
+
+def test_prioritized_frequencies_and_weights() -> None:
+    sampler = Prioritized(alpha=0.6, beta=0.5, epsilon=0.01)
+    table, keys = filled(sampler)
+    adv = table.storage.advantage[table.storage.slots_of(keys)[0]]
+    mass = (np.abs(adv) + 0.01) ** 0.6
+    counts = frequencies(table, keys)
+    assert_matches(counts, mass)
+    s = table.sample(64)
+    expected_p = (np.abs(s.advantages) + 0.01) ** 0.6 / mass.sum()
+    np.testing.assert_allclose(s.probabilities, expected_p, rtol=1e-12)
+    n = len(keys)
+    w = (n * expected_p) ** -0.5 / ((n * mass.min() / mass.sum()) ** -0.5)
+    np.testing.assert_allclose(s.importance_weights, w, rtol=1e-12)
+    assert s.importance_weights.max() <= 1.0
+
+
+def test_prioritized_follows_updated_priorities() -> None:
+    table, keys = filled(Prioritized(alpha=1.0, beta=0.0, epsilon=1e-9))
+    new = np.linspace(0.1, 5.0, len(keys))
+    assert table.update_priorities(keys, new) == len(keys)
+    assert_matches(frequencies(table, keys), new)
+    with pytest.raises(ValueError, match="priorities"):
+        table.update_priorities(keys[:2], [1.0, -1.0])
+    with pytest.raises(TypeError, match="no priorities"):
+        filled(Uniform())[0].update_priorities(keys[:1], [1.0])
+
+
+def test_recency_weights_halve_per_half_life() -> None:
+    table, keys = filled(Recency(half_life=2.0))
+    table.set_policy_version(5)
+    versions = table.storage.policy_version[table.storage.slots_of(keys)[0]]
+    assert_matches(frequencies(table, keys), 2.0 ** (-(5 - versions) / 2.0))
+
+
+def test_fifo_is_oldest_first_and_queue_uses_each_once(rng: np.random.Generator) -> None:
+    table = ReplayTable.queue(100)
+    keys = np.concatenate([table.insert(make_batch(rng, 10, first_group=10 * i)) for i in range(5)])
+    drawn = np.concatenate([table.sample(10).keys for _ in range(5)])
+    assert np.array_equal(drawn, keys)
+    assert table.size == 0
+    assert table.stats().evictions["max_times_sampled"] == 50
+    with pytest.raises(Exception, match="timed out"):
+        table.sample(1, timeout=0.01)
+
+
+def test_positive_biased_keeps_the_delta_split() -> None:
+    n, delta = 200, 0.5
+    table = ReplayTable.positive_biased(n, delta=delta, seed=3)
+    rng = np.random.default_rng(3)
+    all_keys, correct = [], []
+    for i in range(60):
+        batch = make_batch(rng, 20, first_group=20 * i, correct_rate=0.3)
+        all_keys.append(table.insert(batch))
+        correct.append(batch.correct == 1)
+    keys, flags = np.concatenate(all_keys), np.concatenate(correct)
+    live = set(table.storage.keys_of(table.storage.live_slots()).tolist())
+    fresh = int((1 - delta) * n)
+    assert set(keys[-fresh:].tolist()) <= live, "the freshest (1-δ)N are all kept"
+    older = keys[:-fresh]
+    kept_old = [k for k in older.tolist() if k in live]
+    assert len(kept_old) == n - fresh, "δN older rollouts are kept"
+    assert kept_old == older[flags[:-fresh]][-(n - fresh):].tolist(), "the freshest correct ones"
+    assert table.size == n
+    live_keys = np.sort(np.fromiter(live, dtype=np.int64))
+    assert_matches(frequencies(table, live_keys), np.ones(len(live_keys)))
+
+
+def test_groups_returns_whole_groups(rng: np.random.Generator) -> None:
+    table = ReplayTable(64, sampler=Groups(), seed=1)
+    table.insert(make_batch(rng, 64, group_size=8))
+    for _ in range(20):
+        s = table.sample(24)
+        assert len(s) == 24
+        _, counts = np.unique(s.group_ids, return_counts=True)
+        assert (counts == 8).all()
+
+
+def test_sum_tree_never_draws_empty_leaves() -> None:
+    tree = SumTree(1000)
+    leaves = np.arange(0, 1000, 7)
+    tree.set(leaves, np.linspace(1e-12, 1e6, len(leaves)))
+    rng = np.random.default_rng(0)
+    drawn = tree.sample(50_000, rng)
+    assert set(drawn.tolist()) <= set(leaves.tolist())
+    tree.set(leaves[:-1], 0.0)
+    assert set(tree.sample(1000, rng).tolist()) == {int(leaves[-1])}
+    assert tree.min == pytest.approx(1e6)
+
+
+def test_make_sampler_validates() -> None:
+    assert isinstance(make_sampler("fifo"), Fifo)
+    with pytest.raises(ValueError, match="sampler = 'nope'"):
+        make_sampler("nope")
+    with pytest.raises(ValueError, match="alpha"):
+        Prioritized(alpha=-1)
+    with pytest.raises(ValueError, match="delta"):
+        PositiveBiased(delta=1.5)
+    with pytest.raises(ValueError, match="half_life"):
+        Recency(half_life=0)

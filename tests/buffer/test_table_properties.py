@@ -1,0 +1,260 @@
+"""Property-based tests: any sequence of operations keeps the table consistent with a model.
+
+The model remembers every rollout ever inserted, by key. After each step the table must agree with
+it: live keys were inserted and hold exactly what was inserted; size, tokens and counters add up;
+every eviction bound holds; and malformed input changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from llm_replay.buffer import (
+    Fifo,
+    Groups,
+    PositiveBiased,
+    Prioritized,
+    Recency,
+    ReplayTable,
+    Uniform,
+)
+from llm_replay.rollout import InvalidRolloutError, RolloutBatch
+from tests.conftest import make_batch
+
+SAMPLERS = {
+    "uniform": lambda: Uniform(replacement=True),
+    "uniform_norep": lambda: Uniform(replacement=False),
+    "fifo": Fifo,
+    "prioritized": lambda: Prioritized(alpha=0.7, beta=0.5),
+    "recency": lambda: Recency(half_life=2.0),
+    "positive_biased": lambda: PositiveBiased(delta=0.5),
+    "groups": Groups,
+}
+
+
+def live_keys(table: ReplayTable) -> np.ndarray:
+    return np.sort(table.storage.keys_of(table.storage.live_slots()))
+
+
+def corrupt(batch: RolloutBatch, which: int, row: int) -> dict[str, Any]:
+    """Keyword arguments for from_ragged that are valid except for one field of one row."""
+    items = batch.rollouts()
+    prompts = [r.prompt_ids.copy() for r in items]
+    completions = [r.completion_ids.copy() for r in items]
+    logprobs = [r.behaviour_logprobs.copy() for r in items]
+    rewards = batch.rewards.copy()
+    groups = batch.group_ids.copy()
+    versions = batch.policy_versions.copy()
+    if which == 0:
+        logprobs[row][0] = 0.5
+    elif which == 1:
+        logprobs[row][0] = np.nan
+    elif which == 2:
+        completions[row][0] = -1
+    elif which == 3:
+        logprobs[row] = logprobs[row][:-1]
+    elif which == 4:
+        rewards[row] = np.inf
+    elif which == 5:
+        groups[row] = -3
+    elif which == 6:
+        versions[row] = -1
+    else:
+        prompts[row] = prompts[row][:0]
+    return {
+        "prompt_ids": prompts,
+        "completion_ids": completions,
+        "behaviour_logprobs": logprobs,
+        "rewards": rewards,
+        "group_ids": groups,
+        "policy_versions": versions,
+    }
+
+
+class TableMachine(RuleBasedStateMachine):
+    sampler_name = "uniform"
+
+    @initialize(
+        max_rollouts=st.integers(4, 40),
+        max_tokens=st.one_of(st.none(), st.integers(200, 1500)),
+        max_age=st.one_of(st.none(), st.integers(0, 3)),
+        max_times=st.one_of(st.none(), st.integers(1, 3)),
+        seed=st.integers(0, 2**16),
+    )
+    def setup(
+        self, max_rollouts: int, max_tokens: int | None, max_age: int | None,
+        max_times: int | None, seed: int,
+    ) -> None:
+        self.table = ReplayTable(
+            max_rollouts,
+            sampler=SAMPLERS[self.sampler_name](),
+            max_tokens=max_tokens,
+            max_age=max_age,
+            max_times_sampled=max_times,
+            seed=seed,
+        )
+        self.rng = np.random.default_rng(seed)
+        self.inserted: dict[int, Any] = {}
+        self.next_group = 0
+        self.version = 0
+        self.sampled = 0
+
+    @rule(n=st.integers(1, 12))
+    def insert(self, n: int) -> None:
+        n = min(n, self.table.max_rollouts)
+        batch = make_batch(self.rng, n, version=max(0, self.version - int(self.rng.integers(0, 3))),
+                           first_group=self.next_group)
+        self.next_group += n
+        try:
+            keys = self.table.insert(batch)
+        except ValueError as error:  # an insert too big for max_tokens is refused whole
+            assert "max_tokens" in str(error)
+            return
+        assert len(set(keys.tolist())) == n
+        for key, item in zip(keys.tolist(), batch.rollouts(), strict=True):
+            assert key not in self.inserted, "keys are never reused"
+            self.inserted[key] = item
+
+    @rule(n=st.integers(1, 12), which=st.integers(0, 7), row=st.integers(0, 11))
+    def insert_malformed(self, n: int, which: int, row: int) -> None:
+        batch = make_batch(self.rng, n, first_group=self.next_group)
+        before = (self.table.stats().to_dict(), live_keys(self.table))
+        with pytest.raises(InvalidRolloutError):
+            self.table.insert(RolloutBatch.from_ragged(**corrupt(batch, which, row % n)))
+        after = (self.table.stats().to_dict(), live_keys(self.table))
+        assert before[0] == after[0]
+        assert np.array_equal(before[1], after[1])
+
+    @rule(n=st.integers(1, 16))
+    def sample(self, n: int) -> None:
+        table = self.table
+        if table.size == 0 or (not table.sampler.with_replacement and table.sampler.available() < n):
+            with pytest.raises(Exception):  # noqa: B017, PT011 - timeout or too-large batch
+                table.sample(n, timeout=0)
+            return
+        if table.sampler.name == "groups" and n < min(map(len, table.sampler._members.values())):
+            before = table.stats().to_dict()
+            with pytest.raises(ValueError, match="smaller than every stored group"):
+                table.sample(n, timeout=0)
+            assert table.stats().to_dict() == before
+            return
+        s = table.sample(n, timeout=0)
+        self.sampled += len(s)
+        assert 0 < len(s) <= n
+        if table.sampler.name != "groups":
+            assert len(s) == n
+        for key, item in zip(s.keys.tolist(), s.rollouts(), strict=True):
+            assert item == self.inserted[key]
+        assert (s.ages == self.version - s.policy_versions).all()
+        assert np.all(s.probabilities > 0) and np.all(s.probabilities <= 1)
+        assert np.all(s.importance_weights > 0) and np.all(s.importance_weights <= 1 + 1e-12)
+        assert (s.attention_mask.sum(1) == s.prompt_lengths + s.completion_lengths).all()
+        assert (s.loss_mask.sum(1) == s.completion_lengths).all()
+
+    @rule(step=st.integers(0, 2))
+    def advance(self, step: int) -> None:
+        self.version += step
+        self.table.set_policy_version(self.version)
+
+    @rule(count=st.integers(1, 4))
+    def remove(self, count: int) -> None:
+        keys = live_keys(self.table)
+        if len(keys):
+            chosen = self.rng.choice(keys, min(count, len(keys)), replace=False)
+            assert self.table.remove(np.append(chosen, 10**12)) == len(chosen)
+
+    @rule()
+    def update_priorities(self) -> None:
+        keys = live_keys(self.table)
+        if self.table.sampler.name == "prioritized":
+            assert self.table.update_priorities(keys, self.rng.random(len(keys))) == len(keys)
+
+    @invariant()
+    def consistent(self) -> None:
+        if not hasattr(self, "table"):
+            return
+        table, stats = self.table, self.table.stats()
+        keys = live_keys(table)
+        assert set(keys.tolist()) <= set(self.inserted)
+        assert stats.size == len(keys) == table.size
+        assert stats.num_tokens == sum(self.inserted[k].num_tokens for k in keys.tolist())
+        assert stats.inserts == len(self.inserted)
+        assert sum(stats.evictions.values()) == stats.inserts - stats.size
+        assert stats.samples == self.sampled
+        assert stats.size <= table.max_rollouts
+        if table.eviction.max_tokens is not None:
+            assert stats.num_tokens <= table.eviction.max_tokens
+        storage = table.storage
+        live = storage.live_slots()
+        if table.eviction.max_age is not None:
+            assert (storage.policy_version[live] >= self.version - table.eviction.max_age).all()
+        if table.eviction.max_times_sampled is not None:
+            assert (storage.times_sampled[live] < table.eviction.max_times_sampled).all()
+        assert storage.live_units == sum(
+            self.inserted[k].num_tokens + self.inserted[k].completion_ids.size for k in keys.tolist()
+        )
+        if table.sampler.name == "positive_biased":
+            sampler = table.sampler
+            assert sampler._fresh_live + sampler._kept_live == stats.size
+            assert sampler._fresh_live <= sampler.fresh_capacity
+        if len(keys):
+            got, found = table.get(keys)
+            assert found.all()
+            assert got.rollouts() == [self.inserted[k] for k in keys.tolist()]
+
+
+@pytest.mark.parametrize("sampler_name", sorted(SAMPLERS))
+def test_table_state_machine(sampler_name: str) -> None:
+    machine = type(f"TableMachine_{sampler_name}", (TableMachine,), {"sampler_name": sampler_name})
+    machine.TestCase.settings = settings(
+        max_examples=30,
+        stateful_step_count=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    machine.TestCase().runTest()
+
+
+def test_fifo_capacity_eviction_keeps_the_newest(rng: np.random.Generator) -> None:
+    table = ReplayTable(10, max_tokens=None)
+    keys = np.concatenate([table.insert(make_batch(rng, 4, first_group=4 * i)) for i in range(6)])
+    assert np.array_equal(live_keys(table), np.sort(keys[-10:]))
+    assert table.stats().evictions["capacity_rollouts"] == 14
+
+
+def test_token_capacity_evicts_oldest_until_fit(rng: np.random.Generator) -> None:
+    table = ReplayTable(1000, max_tokens=300)
+    batches = [make_batch(rng, 3, first_group=3 * i) for i in range(30)]
+    keys = [table.insert(b) for b in batches]
+    assert table.num_tokens <= 300
+    survivors = set(live_keys(table).tolist())
+    all_keys = np.concatenate(keys).tolist()
+    first_alive = min(all_keys.index(k) for k in survivors)
+    assert set(all_keys[first_alive:]) == survivors, "token eviction is oldest first"
+    with pytest.raises(ValueError, match="max_tokens"):
+        table.insert(make_batch(rng, 30, completion=(20, 30)))
+
+
+def test_arena_growth_wrap_and_relayout_preserve_payload(rng: np.random.Generator) -> None:
+    table = ReplayTable(64, sampler=Uniform())
+    stored: dict[int, Any] = {}
+    units_in = rollouts_in = 0
+    for i in range(200):
+        batch = make_batch(rng, int(rng.integers(1, 9)), first_group=10 * i, completion=(1, 3000))
+        units_in += int(batch.prompt_lengths.sum() + 2 * batch.completion_lengths.sum())
+        rollouts_in += len(batch)
+        for key, item in zip(table.insert(batch).tolist(), batch.rollouts(), strict=True):
+            stored[key] = item
+        if i % 7 == 0 and table.size > 4:
+            table.remove(live_keys(table)[::3])  # holes in the ring
+    keys = live_keys(table)
+    got, _ = table.get(keys)
+    assert got.rollouts() == [stored[k] for k in keys.tolist()]
+    assert table.storage.data_units > 1 << 16, "the arena had to grow"
+    assert table.storage.data_units < 1.5 * 64 * units_in / rollouts_in, "and stays near the payload"
