@@ -43,8 +43,17 @@ SCENARIOS = {
     "long": {"rollouts": 100_000, "completion": (16, 2048), "sample_calls": 300},
     "short": {"rollouts": 1_000_000, "completion": (16, 256), "sample_calls": 2000},
 }
-IMPLEMENTATIONS = ("llm-replay", "torchrl-lazy", "torchrl-list", "llm-replay-prioritized", "numpy-cumsum")
-PEER_OF = {"llm-replay": ("torchrl-lazy", "torchrl-list"), "llm-replay-prioritized": ("numpy-cumsum",)}
+IMPLEMENTATIONS = (
+    "llm-replay",
+    "torchrl-lazy",
+    "torchrl-list",
+    "llm-replay-prioritized",
+    "numpy-cumsum",
+)
+PEER_OF = {
+    "llm-replay": ("torchrl-lazy", "torchrl-list"),
+    "llm-replay-prioritized": ("numpy-cumsum",),
+}
 
 
 def rss_bytes() -> int:
@@ -307,8 +316,17 @@ def main() -> None:
     results = []
     for scenario in scenarios:
         for name in impls:
-            cmd = [sys.executable, __file__, "--child", "--scenario", scenario, "--impl", name,
-                   "--scale", str(scale)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                "--scenario",
+                scenario,
+                "--impl",
+                name,
+                "--scale",
+                str(scale),
+            ]
             print(f"running {scenario} / {name} ...", file=sys.stderr, flush=True)
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
@@ -325,8 +343,11 @@ def main() -> None:
 def summarise(results: list[dict[str, object]]) -> list[dict[str, object]]:
     by_key = {(r["scenario"], r["implementation"]): r for r in results}
     for r in results:
-        peers = [by_key[(r["scenario"], p)] for p in PEER_OF.get(str(r["implementation"]), ())
-                 if (r["scenario"], p) in by_key]
+        peers = [
+            by_key[(r["scenario"], p)]
+            for p in PEER_OF.get(str(r["implementation"]), ())
+            if (r["scenario"], p) in by_key
+        ]
         if not peers:
             continue
         best_insert = max(peers, key=lambda p: p["insert_rollouts_per_s"])  # type: ignore[arg-type, return-value]
@@ -341,14 +362,22 @@ def summarise(results: list[dict[str, object]]) -> list[dict[str, object]]:
 
 
 def print_table(results: list[dict[str, object]]) -> None:
-    head = (f"{'scenario':8} {'implementation':24} {'insert/s':>10} {'batches/s':>10} "
-            f"{'p50 us':>8} {'p99 us':>8} {'B/token':>8} {'x payload':>9}  ratio vs best peer")
+    head = (
+        f"{'scenario':8} {'implementation':24} {'insert/s':>10} {'batches/s':>10} "
+        f"{'p50 us':>8} {'p99 us':>8} {'B/token':>8} {'x payload':>9}  ratio vs best peer"
+    )
     print(head)
     print("-" * len(head))
     for r in results:
         ratio = r.get("ratio_vs_peer")
-        note = (f"insert {ratio['insert']:.2f}x ({ratio['insert_peer']}), "  # type: ignore[index]
-                f"sample {ratio['sample']:.2f}x ({ratio['sample_peer']})") if ratio else ""  # type: ignore[index]
+        note = (
+            (
+                f"insert {ratio['insert']:.2f}x ({ratio['insert_peer']}), "  # type: ignore[index]
+                f"sample {ratio['sample']:.2f}x ({ratio['sample_peer']})"
+            )
+            if ratio
+            else ""
+        )  # type: ignore[index]
         print(
             f"{r['scenario']:8} {r['implementation']:24} {r['insert_rollouts_per_s']:>10.0f} "
             f"{r['sample_batches_per_s']:>10.0f} {r['sample_p50_us']:>8.0f} {r['sample_p99_us']:>8.0f} "

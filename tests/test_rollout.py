@@ -77,8 +77,17 @@ def test_group_requires_shared_prompt_and_id() -> None:
 
 
 def test_batch_round_trips_rollouts() -> None:
-    items = [rollout(), rollout(completion_ids=[9], behaviour_logprobs=[-2.0], task="other",
-                               correct=None, advantage=None, finish_reason="length")]
+    items = [
+        rollout(),
+        rollout(
+            completion_ids=[9],
+            behaviour_logprobs=[-2.0],
+            task="other",
+            correct=None,
+            advantage=None,
+            finish_reason="length",
+        ),
+    ]
     batch = RolloutBatch.from_rollouts(items)
     assert len(batch) == 2
     assert batch.num_tokens == 9

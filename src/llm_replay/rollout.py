@@ -17,6 +17,7 @@ in 31 bits and behaviour log-probs never need more than single precision.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,7 +70,9 @@ def _as_logprobs(name: str, values: object) -> FloatArray:
     if array.ndim != 1:
         raise InvalidRolloutError(name, values, f"must be a 1-D sequence, got {array.ndim}-D")
     if array.size and array.dtype.kind not in "fiu":
-        raise InvalidRolloutError(name, values, f"log-probs must be real numbers, got {array.dtype}")
+        raise InvalidRolloutError(
+            name, values, f"log-probs must be real numbers, got {array.dtype}"
+        )
     array = array.astype(np.float32, copy=False)
     bad = ~np.isfinite(array) | (array > 0)
     if bad.any():
@@ -145,7 +148,9 @@ class Rollout:
         if self.correct is not None and not isinstance(self.correct, bool | np.bool_):
             raise InvalidRolloutError("correct", self.correct, "must be True, False or None")
         if self.finish_reason not in FINISH_REASONS:
-            raise InvalidRolloutError("finish_reason", self.finish_reason, f"not in {FINISH_REASONS}")
+            raise InvalidRolloutError(
+                "finish_reason", self.finish_reason, f"not in {FINISH_REASONS}"
+            )
 
     @property
     def num_tokens(self) -> int:
@@ -383,7 +388,9 @@ class RolloutBatch:
         else:
             codes = np.asarray(task_codes, dtype=np.int16)
             if codes.shape != (n,) or (n and (codes.min() < 0 or codes.max() >= len(names))):
-                raise InvalidRolloutError("task_codes", task_codes, f"must index task_names {names}")
+                raise InvalidRolloutError(
+                    "task_codes", task_codes, f"must index task_names {names}"
+                )
         return cls(
             prompt_ids=p_ids,
             prompt_lengths=p_len,
@@ -518,7 +525,7 @@ class RolloutBatch:
 
     def with_advantages(self, advantages: object) -> RolloutBatch:
         values = _per_rollout_floats("advantages", advantages, len(self), allow_nan=False)
-        return _replace(self, advantages=values)
+        return dataclasses.replace(self, advantages=values)
 
     def select(self, indices: npt.ArrayLike) -> RolloutBatch:
         """The rollouts at `indices`, in that order."""
@@ -560,13 +567,9 @@ def concat_ranges(starts: npt.ArrayLike, lengths: npt.ArrayLike) -> npt.NDArray[
     return shifts + np.arange(total, dtype=np.int64)
 
 
-def _replace(batch: RolloutBatch, **changes: Any) -> RolloutBatch:
-    values = {name: getattr(batch, name) for name in batch.__dataclass_fields__}
-    values.update(changes)
-    return RolloutBatch(**values)
-
-
-def _encode_tasks(tasks: Sequence[str] | str, n: int) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
+def _encode_tasks(
+    tasks: Sequence[str] | str, n: int
+) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
     if isinstance(tasks, str):
         return np.zeros(n, dtype=np.int16), (tasks,)
     if len(tasks) != n:
@@ -629,7 +632,9 @@ def _flat_logprobs(values: object, offsets: npt.NDArray[np.int64]) -> FloatArray
     return array
 
 
-def _per_rollout_floats(name: str, values: object, n: int, *, allow_nan: bool) -> npt.NDArray[np.float64]:
+def _per_rollout_floats(
+    name: str, values: object, n: int, *, allow_nan: bool
+) -> npt.NDArray[np.float64]:
     array = np.asarray(values)
     if array.ndim == 0:
         array = np.full(n, array)
@@ -673,7 +678,9 @@ def _correct_array(values: object | None, n: int) -> npt.NDArray[np.int8]:
     return array
 
 
-def _finish_array(values: Sequence[str] | npt.NDArray[np.uint8] | None, n: int) -> npt.NDArray[np.uint8]:
+def _finish_array(
+    values: Sequence[str] | npt.NDArray[np.uint8] | None, n: int
+) -> npt.NDArray[np.uint8]:
     if values is None:
         return np.zeros(n, dtype=np.uint8)
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
@@ -685,6 +692,8 @@ def _finish_array(values: Sequence[str] | npt.NDArray[np.uint8] | None, n: int) 
     out = np.empty(n, dtype=np.uint8)
     for i, reason in enumerate(values):
         if reason not in FINISH_REASONS:
-            raise InvalidRolloutError(f"rollouts[{i}].finish_reason", reason, f"not in {FINISH_REASONS}")
+            raise InvalidRolloutError(
+                f"rollouts[{i}].finish_reason", reason, f"not in {FINISH_REASONS}"
+            )
         out[i] = FINISH_REASONS.index(reason)
     return out

@@ -46,7 +46,7 @@ def test_sample_timeout_leaves_the_table_unchanged(rng: np.random.Generator) -> 
     table.insert(make_batch(rng, 5))
     before = table.stats().to_dict()
     start = time.monotonic()
-    with pytest.raises(RateLimiterTimeout, match="timed out after 0.05s"):
+    with pytest.raises(RateLimiterTimeout, match=r"timed out after 0\.05s"):
         table.sample(2, timeout=0.05)
     assert time.monotonic() - start >= 0.05
     assert table.stats().to_dict() == before
@@ -89,8 +89,9 @@ def test_close_wakes_blocked_callers(rng: np.random.Generator) -> None:
 def test_sixteen_producers_one_consumer_stay_in_band(spi: float) -> None:
     producers, batches, m, n = 16, 12, 8, 16
     total = producers * batches * m
-    limiter = SampleToInsertRatio(spi, 32, error_buffer=3 * (m * spi + n),
-                                  max_insert_batch=m, max_sample_batch=n)
+    limiter = SampleToInsertRatio(
+        spi, 32, error_buffer=3 * (m * spi + n), max_insert_batch=m, max_sample_batch=n
+    )
     table = ReplayTable(total, rate_limiter=limiter, seed=5)
     inserted: list[np.ndarray] = []
     lock = threading.Lock()

@@ -51,11 +51,14 @@ def test_chi2_helper_rejects_a_wrong_distribution() -> None:
     assert chi2_sf(2.0, 2) > 0.2
 
 
-def filled(sampler: object, n: int = 48, seed: int = 7, **kwargs: object) -> tuple[ReplayTable, np.ndarray]:
+def filled(
+    sampler: object, n: int = 48, seed: int = 7, **kwargs: object
+) -> tuple[ReplayTable, np.ndarray]:
     table = ReplayTable(n, sampler=sampler, seed=seed, **kwargs)  # type: ignore[arg-type]
     rng = np.random.default_rng(seed)
-    keys = np.concatenate([table.insert(make_batch(rng, 8, first_group=8 * i, version=i))
-                           for i in range(n // 8)])
+    keys = np.concatenate(
+        [table.insert(make_batch(rng, 8, first_group=8 * i, version=i)) for i in range(n // 8)]
+    )
     return table, keys
 
 
@@ -134,7 +137,7 @@ def test_positive_biased_keeps_the_delta_split() -> None:
     older = keys[:-fresh]
     kept_old = [k for k in older.tolist() if k in live]
     assert len(kept_old) == n - fresh, "δN older rollouts are kept"
-    assert kept_old == older[flags[:-fresh]][-(n - fresh):].tolist(), "the freshest correct ones"
+    assert kept_old == older[flags[:-fresh]][-(n - fresh) :].tolist(), "the freshest correct ones"
     assert table.size == n
     live_keys = np.sort(np.fromiter(live, dtype=np.int64))
     assert_matches(frequencies(table, live_keys), np.ones(len(live_keys)))

@@ -88,8 +88,12 @@ class TableMachine(RuleBasedStateMachine):
         seed=st.integers(0, 2**16),
     )
     def setup(
-        self, max_rollouts: int, max_tokens: int | None, max_age: int | None,
-        max_times: int | None, seed: int,
+        self,
+        max_rollouts: int,
+        max_tokens: int | None,
+        max_age: int | None,
+        max_times: int | None,
+        seed: int,
     ) -> None:
         self.table = ReplayTable(
             max_rollouts,
@@ -108,8 +112,12 @@ class TableMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 12))
     def insert(self, n: int) -> None:
         n = min(n, self.table.max_rollouts)
-        batch = make_batch(self.rng, n, version=max(0, self.version - int(self.rng.integers(0, 3))),
-                           first_group=self.next_group)
+        batch = make_batch(
+            self.rng,
+            n,
+            version=max(0, self.version - int(self.rng.integers(0, 3))),
+            first_group=self.next_group,
+        )
         self.next_group += n
         try:
             keys = self.table.insert(batch)
@@ -134,7 +142,9 @@ class TableMachine(RuleBasedStateMachine):
     @rule(n=st.integers(1, 16))
     def sample(self, n: int) -> None:
         table = self.table
-        if table.size == 0 or (not table.sampler.with_replacement and table.sampler.available() < n):
+        if table.size == 0 or (
+            not table.sampler.with_replacement and table.sampler.available() < n
+        ):
             with pytest.raises(Exception):  # noqa: B017, PT011 - timeout or too-large batch
                 table.sample(n, timeout=0)
             return
@@ -197,7 +207,8 @@ class TableMachine(RuleBasedStateMachine):
         if table.eviction.max_times_sampled is not None:
             assert (storage.times_sampled[live] < table.eviction.max_times_sampled).all()
         assert storage.live_units == sum(
-            self.inserted[k].num_tokens + self.inserted[k].completion_ids.size for k in keys.tolist()
+            self.inserted[k].num_tokens + self.inserted[k].completion_ids.size
+            for k in keys.tolist()
         )
         if table.sampler.name == "positive_biased":
             sampler = table.sampler
@@ -257,4 +268,6 @@ def test_arena_growth_wrap_and_relayout_preserve_payload(rng: np.random.Generato
     got, _ = table.get(keys)
     assert got.rollouts() == [stored[k] for k in keys.tolist()]
     assert table.storage.data_units > 1 << 16, "the arena had to grow"
-    assert table.storage.data_units < 1.5 * 64 * units_in / rollouts_in, "and stays near the payload"
+    assert table.storage.data_units < 1.5 * 64 * units_in / rollouts_in, (
+        "and stays near the payload"
+    )

@@ -23,12 +23,12 @@ AdvantageFn = Callable[[F64], F64]
 
 def grpo(rewards: F64, eps: float = 1e-6) -> F64:
     r = np.asarray(rewards, dtype=np.float64)
-    return (r - r.mean()) / (r.std() + eps)
+    return np.asarray((r - r.mean()) / (r.std() + eps), dtype=np.float64)
 
 
 def dr_grpo(rewards: F64) -> F64:
     r = np.asarray(rewards, dtype=np.float64)
-    return r - r.mean()
+    return np.asarray(r - r.mean(), dtype=np.float64)
 
 
 def rloo(rewards: F64) -> F64:
@@ -36,7 +36,7 @@ def rloo(rewards: F64) -> F64:
     n = len(r)
     if n < 2:
         return np.zeros(n)
-    return r - (r.sum() - r) / (n - 1)
+    return np.asarray(r - (r.sum() - r) / (n - 1), dtype=np.float64)
 
 
 ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo, "dr_grpo": dr_grpo, "rloo": rloo}
@@ -49,7 +49,9 @@ def get_advantage_fn(name: str) -> AdvantageFn:
         raise ValueError(f"advantage = {name!r}: expected one of {sorted(ADVANTAGES)}") from None
 
 
-def group_advantages(rewards: F64, group_ids: npt.NDArray[np.int64], estimator: str = "grpo") -> F64:
+def group_advantages(
+    rewards: F64, group_ids: npt.NDArray[np.int64], estimator: str = "grpo"
+) -> F64:
     """Advantages for a flat batch, each rollout scored within its group."""
     fn = get_advantage_fn(estimator)
     rewards = np.asarray(rewards, dtype=np.float64)

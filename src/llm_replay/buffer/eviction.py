@@ -70,9 +70,7 @@ class EvictionPolicy:
         if self.max_tokens is not None and tokens > self.max_tokens:
             raise ValueError(f"insert of {tokens} tokens exceeds max_tokens = {self.max_tokens}")
 
-    def for_capacity(
-        self, storage: RolloutStorage, rollouts: int, tokens: int
-    ) -> tuple[I64, I64]:
+    def for_capacity(self, storage: RolloutStorage, rollouts: int, tokens: int) -> tuple[I64, I64]:
         """Oldest slots to evict so `rollouts` more rollouts with `tokens` tokens fit."""
         over = storage.size + rollouts - self.max_rollouts
         by_count = storage.oldest(over) if over > 0 else np.zeros(0, dtype=np.int64)

@@ -11,6 +11,7 @@ Each returned `Sample` marks in `sources` which source every rollout came from.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -25,7 +26,7 @@ from llm_replay.rollout import RolloutBatch
 
 def round_half_up(x: float) -> int:
     """round() as the papers mean it (Python's round() goes to even on .5)."""
-    return int(math.floor(x + 0.5))
+    return math.floor(x + 0.5)
 
 
 def split_counts(total: int, fractions: Sequence[float]) -> list[int]:
@@ -37,7 +38,7 @@ def split_counts(total: int, fractions: Sequence[float]) -> list[int]:
     counts = np.floor(exact).astype(int)
     order = np.argsort(-(exact - counts), kind="stable")
     counts[order[: total - counts.sum()]] += 1
-    return counts.tolist()
+    return [int(c) for c in counts]
 
 
 class Mixture:
@@ -99,7 +100,9 @@ class RLEPBlend:
     (RLEP standardises over the union). Groups whose prompt has no stored success stay as they are.
     """
 
-    def __init__(self, pool: SuccessPool, replay_per_group: int = 2, estimator: str = "grpo") -> None:
+    def __init__(
+        self, pool: SuccessPool, replay_per_group: int = 2, estimator: str = "grpo"
+    ) -> None:
         if isinstance(replay_per_group, bool) or replay_per_group < 0:
             raise ValueError(f"replay_per_group = {replay_per_group!r}: must be >= 0")
         self.pool = pool
@@ -117,8 +120,8 @@ class RLEPBlend:
             sources.append(np.zeros(len(members), dtype=np.int8))
             replayed = self.pool.draw(members.prompt_ids[: members.prompt_lengths[0]], self.m)
             if replayed is not None:
-                relabelled = RolloutBatch(
-                    **{**_fields(replayed), "group_ids": np.full(len(replayed), group, np.int64)}
+                relabelled = dataclasses.replace(
+                    replayed, group_ids=np.full(len(replayed), group, np.int64)
                 )
                 parts.append(relabelled)
                 sources.append(np.ones(len(replayed), dtype=np.int8))
@@ -128,11 +131,5 @@ class RLEPBlend:
         return blended.with_advantages(advantages)
 
 
-def _fields(batch: RolloutBatch) -> dict[str, object]:
-    return {name: getattr(batch, name) for name in batch.__dataclass_fields__}
-
-
 def _with_source(sample: Sample, source: int) -> Sample:
-    values = {name: getattr(sample, name) for name in sample.__dataclass_fields__}
-    values["sources"] = np.full(len(sample), source, dtype=np.int8)
-    return Sample(**values)  # type: ignore[arg-type]
+    return dataclasses.replace(sample, sources=np.full(len(sample), source, dtype=np.int8))

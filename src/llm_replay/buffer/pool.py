@@ -22,14 +22,21 @@ from llm_replay.rollout import RolloutBatch
 
 def prompt_key(prompt_ids: npt.NDArray[np.int32]) -> bytes:
     """A 16-byte digest of a prompt's token ids (the identity of a question)."""
-    return hashlib.blake2b(np.ascontiguousarray(prompt_ids, dtype=np.int32).tobytes(), digest_size=16).digest()
+    return hashlib.blake2b(
+        np.ascontiguousarray(prompt_ids, dtype=np.int32).tobytes(), digest_size=16
+    ).digest()
 
 
 class SuccessPool:
     """Verified successes indexed by prompt."""
 
     def __init__(
-        self, max_rollouts: int, *, min_correct: int = 2, seed: int = 0, table: ReplayTable | None = None
+        self,
+        max_rollouts: int,
+        *,
+        min_correct: int = 2,
+        seed: int = 0,
+        table: ReplayTable | None = None,
     ) -> None:
         if isinstance(min_correct, bool) or min_correct < 1:
             raise ValueError(f"min_correct = {min_correct!r}: must be >= 1")

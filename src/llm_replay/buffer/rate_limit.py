@@ -116,12 +116,12 @@ def _json_float(value: float) -> float | str:
     return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
 
 
-def MinSize(min_size_to_sample: int) -> RateLimiter:  # noqa: N802 - reads like a class (Reverb)
+def MinSize(min_size_to_sample: int) -> RateLimiter:
     """Block sampling until the table holds `min_size_to_sample` rollouts; never block inserts."""
     return RateLimiter(min_size_to_sample=min_size_to_sample)
 
 
-def SampleToInsertRatio(  # noqa: N802 - reads like a class (Reverb)
+def SampleToInsertRatio(
     samples_per_insert: float,
     min_size_to_sample: int,
     error_buffer: float | tuple[float, float],

@@ -95,10 +95,7 @@ class Uniform(Sampler):
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
         size = self.storage.size
-        if self.replacement:
-            picks = rng.integers(0, size, n)
-        else:
-            picks = rng.choice(size, n, replace=False)
+        picks = rng.integers(0, size, n) if self.replacement else rng.choice(size, n, replace=False)
         slots = self.storage.dense[picks].astype(np.int64)
         return slots, np.full(n, 1.0 / size)
 
@@ -163,7 +160,9 @@ class Prioritized(Sampler):
             raise ValueError(f"priorities has shape {p.shape}, expected {slots.shape}")
         bad = ~np.isfinite(p) | (p < 0)
         if bad.any():
-            raise ValueError(f"priorities[{int(np.argmax(bad))}] = {p[bad][0]!r}: must be finite, >= 0")
+            raise ValueError(
+                f"priorities[{int(np.argmax(bad))}] = {p[bad][0]!r}: must be finite, >= 0"
+            )
         if len(p):
             self.max_priority = max(self.max_priority, float(p.max()))
         self.tree.set(slots, self._mass(p))
@@ -218,7 +217,10 @@ class Recency(Sampler):
         return np.exp2(np.clip(exponent, -1000, None))
 
     def on_insert(self, slots: I64) -> None:
-        if len(slots) and (self.storage.policy_version[slots].max() - self.reference) / self.half_life > 500:
+        if (
+            len(slots)
+            and (self.storage.policy_version[slots].max() - self.reference) / self.half_life > 500
+        ):
             self.reference = int(self.storage.policy_version[slots].max())
             live = self.storage.live_slots()
             self.tree.set(live, self._mass(live))
@@ -265,7 +267,7 @@ class PositiveBiased(Uniform):
 
     def bind(self, storage: RolloutStorage) -> None:
         super().bind(storage)
-        self.correct_capacity = int(round(self.delta * storage.capacity))
+        self.correct_capacity = round(self.delta * storage.capacity)
         self.fresh_capacity = storage.capacity - self.correct_capacity
         # Queues of stable keys (a slot may be reused; its key never is), oldest first.
         self._fresh: deque[int] = deque()

@@ -108,7 +108,9 @@ class RolloutStorage:
         """Slots for `keys` and a mask of which keys name a live rollout."""
         k = np.asarray(keys, dtype=np.int64)
         slots = np.mod(k, self.capacity)
-        found = (k >= 0) & self.live[slots] & (self.epoch[slots].astype(np.int64) == k // self.capacity)
+        found = (
+            (k >= 0) & self.live[slots] & (self.epoch[slots].astype(np.int64) == k // self.capacity)
+        )
         return slots, found
 
     # ----------------------------------------------------------------- order
@@ -292,7 +294,9 @@ class RolloutStorage:
         self.live[slots] = False
         units = self.prompt_len[slots].astype(np.int64) + 2 * self.completion_len[slots]
         self.live_units -= int(units.sum())
-        self.num_tokens -= int((self.prompt_len[slots].astype(np.int64) + self.completion_len[slots]).sum())
+        self.num_tokens -= int(
+            (self.prompt_len[slots].astype(np.int64) + self.completion_len[slots]).sum()
+        )
         # Dense list: holes below the new size are filled by survivors from above it.
         new_size = self.size - len(slots)
         pos = self.dense_pos[slots]
@@ -322,7 +326,9 @@ class RolloutStorage:
         """A [len(array) - width + 1, width] view whose row r is array[r : r + width] (no copy)."""
         stride = array.strides[0]
         return np.ndarray(
-            shape=(len(array) - width + 1, width), dtype=array.dtype, buffer=array,
+            shape=(len(array) - width + 1, width),
+            dtype=array.dtype,
+            buffer=array,
             strides=(stride, stride),
         )
 

@@ -90,7 +90,9 @@ class SumTree:
         level = base
         while level > 1:
             half = level // 2
-            self.sums[half:level] = self.sums[level : 2 * level : 2] + self.sums[level + 1 : 2 * level : 2]
+            self.sums[half:level] = (
+                self.sums[level : 2 * level : 2] + self.sums[level + 1 : 2 * level : 2]
+            )
             self.mins[half:level] = np.minimum(
                 self.mins[level : 2 * level : 2], self.mins[level + 1 : 2 * level : 2]
             )

@@ -97,7 +97,7 @@ class TableStats:
 
 def _histogram(values: npt.NDArray[Any]) -> list[int]:
     clipped = np.minimum(np.maximum(values, 0), HISTOGRAM_BINS - 1)
-    return np.bincount(clipped, minlength=HISTOGRAM_BINS).astype(int).tolist()
+    return [int(c) for c in np.bincount(clipped, minlength=HISTOGRAM_BINS)]
 
 
 def _batch_size(value: object) -> int:
@@ -195,7 +195,9 @@ class ReplayTable:
         return cls(max_rollouts, sampler=Uniform(replacement=replacement), **kwargs)
 
     @classmethod
-    def positive_biased(cls, max_rollouts: int, *, delta: float = 0.5, **kwargs: Any) -> ReplayTable:
+    def positive_biased(
+        cls, max_rollouts: int, *, delta: float = 0.5, **kwargs: Any
+    ) -> ReplayTable:
         """Freshest (1-δ)N plus freshest δN correct rollouts, uniform draws (arXiv 2604.08706)."""
         return cls(max_rollouts, sampler=PositiveBiased(delta=delta), **kwargs)
 
@@ -296,9 +298,7 @@ class ReplayTable:
         return projected
 
     # ----------------------------------------------------------------- sample
-    def sample(
-        self, batch_size: int, *, timeout: float | None = None, pad_id: int = 0
-    ) -> Sample:
+    def sample(self, batch_size: int, *, timeout: float | None = None, pad_id: int = 0) -> Sample:
         """Draw `batch_size` rollouts as a learner-ready `Sample`. Blocks while the limiter says so."""
         n = _batch_size(batch_size)
         wait = _timeout(timeout)
@@ -386,8 +386,10 @@ class ReplayTable:
             raise ValueError(f"version = {version!r}: must be an integer")
         with self._cond:
             if version < self._version:
-                raise ValueError(f"version = {version}: policy versions only move forward "
-                                 f"(table is at {self._version})")
+                raise ValueError(
+                    f"version = {version}: policy versions only move forward "
+                    f"(table is at {self._version})"
+                )
             self._version = int(version)
             stale = self.eviction.for_age(self.storage, self._version)
             self._evict(stale, "max_age")
