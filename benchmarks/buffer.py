@@ -263,6 +263,10 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
     completion = spec["completion"]
     workload = Workload.make(n, completion)  # type: ignore[arg-type]
     width = PROMPT_RANGE[1] + completion[1]  # type: ignore[index]
+    if name.startswith("torchrl"):  # imports are not storage: load them before the baseline
+        import tensordict  # noqa: F401
+        import torch  # noqa: F401
+        import torchrl.data  # noqa: F401
     gc.collect()
     rss0 = rss_bytes()
     impl = build(name, n, width)

@@ -275,7 +275,7 @@ class ReplayTable:
             units = int(batch.prompt_lengths.sum()) + 2 * int(batch.completion_lengths.sum())
             self._units_in += units
             self._tokens_in += tokens
-            slots = self.storage.add(batch, self._version, self._projected_units())
+            slots = self.storage.add(batch, self._version, self._projected_units(n))
             keys = self.storage.keys_of(slots)  # before any rule below can evict (and re-key) them
             self.sampler.on_insert(slots)
             self._evict(self.sampler.retention(0), "retention")  # an insert wider than a window
@@ -289,9 +289,9 @@ class ReplayTable:
             self._cond.notify_all()
         return keys
 
-    def _projected_units(self) -> float:
+    def _projected_units(self, incoming: int) -> float:
         """Arena units the table will hold at capacity, from the mean rollout seen so far."""
-        per_rollout = self._units_in / max(1, self._inserts + 1)
+        per_rollout = self._units_in / max(1, self._inserts + incoming)
         projected = per_rollout * self.max_rollouts
         if self.eviction.max_tokens is not None and self._tokens_in:
             projected = min(projected, self.eviction.max_tokens * self._units_in / self._tokens_in)
