@@ -76,8 +76,13 @@ def main() -> None:
         reason = max(s.evictions, key=lambda r: s.evictions[r])
         ratio = f"{s.nbytes / s.payload_nbytes:.2f}" if s.payload_nbytes else "-"
         report.add_row(
-            name, str(s.size), f"{s.nbytes / 2**20:.1f}", ratio, f"{s.samples_per_insert:.2f}",
-            f"{s.sampled_age_mean:.1f}", f"{sum(s.evictions.values())} {reason}",
+            name,
+            str(s.size),
+            f"{s.nbytes / 2**20:.1f}",
+            ratio,
+            f"{s.samples_per_insert:.2f}",
+            f"{s.sampled_age_mean:.1f}",
+            f"{sum(s.evictions.values())} {reason}",
             f"{1e3 * draw_seconds[name] / STEPS:.1f}",
         )
     console.print(report)

@@ -57,8 +57,16 @@ def test_samples_after_load_equal_the_original(make_sampler, tmp_path: Path) -> 
         original.set_policy_version(step)
         restored.set_policy_version(step)
         a, b = original.sample(8), restored.sample(8)
-        for field in ("keys", "input_ids", "behaviour_logprobs", "loss_mask", "ages",
-                      "times_sampled", "probabilities", "importance_weights"):
+        for field in (
+            "keys",
+            "input_ids",
+            "behaviour_logprobs",
+            "loss_mask",
+            "ages",
+            "times_sampled",
+            "probabilities",
+            "importance_weights",
+        ):
             assert np.array_equal(getattr(a, field), getattr(b, field)), field
     assert restored.stats().to_dict() == original.stats().to_dict()
 
