@@ -26,7 +26,8 @@ from llm_replay.buffer.samplers import (
     Uniform,
     make_sampler,
 )
-from llm_replay.buffer.table import ReplayTable, TableStats
+from llm_replay.buffer.stats import TableStats
+from llm_replay.buffer.table import ReplayTable
 
 __all__ = [
     "SAMPLERS",

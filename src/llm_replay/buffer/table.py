@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -33,71 +33,13 @@ from llm_replay.buffer.rate_limit import (
 )
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Sampler, Uniform
+from llm_replay.buffer.stats import TableStats, histogram
 from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.rollout import Group, Rollout, RolloutBatch
 
 logger = logging.getLogger(__name__)
 
 I64 = npt.NDArray[np.int64]
-HISTOGRAM_BINS = 32
-"""Age and reuse histograms count 0..30 exactly and put everything larger in the last bin."""
-
-
-@dataclass(frozen=True)
-class TableStats:
-    """A snapshot of a table's contents and traffic."""
-
-    name: str
-    size: int
-    max_rollouts: int
-    num_tokens: int
-    max_tokens: int | None
-    nbytes: int
-    payload_nbytes: int
-    policy_version: int
-    inserts: int
-    insert_calls: int
-    samples: int
-    sample_calls: int
-    evictions: dict[str, int]
-    age_histogram: list[int]
-    reuse_histogram: list[int]
-    sampled_age_mean: float
-    sampled_age_max: int
-
-    @property
-    def samples_per_insert(self) -> float:
-        """Observed replay ratio: rollouts drawn per rollout inserted."""
-        return self.samples / self.inserts if self.inserts else 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["samples_per_insert"] = self.samples_per_insert
-        return out
-
-    def metrics(self, prefix: str = "buffer") -> dict[str, float]:
-        """Flat, namespaced scalars for logging (`buffer/size`, `buffer/age_mean`, ...)."""
-        stored = np.asarray(self.age_histogram)
-        ages = np.arange(len(stored))
-        out = {
-            f"{prefix}/size": float(self.size),
-            f"{prefix}/tokens": float(self.num_tokens),
-            f"{prefix}/bytes": float(self.nbytes),
-            f"{prefix}/inserts": float(self.inserts),
-            f"{prefix}/samples": float(self.samples),
-            f"{prefix}/samples_per_insert": self.samples_per_insert,
-            f"{prefix}/stored_age_mean": float((stored * ages).sum() / max(1, stored.sum())),
-            f"{prefix}/sampled_age_mean": self.sampled_age_mean,
-            f"{prefix}/sampled_age_max": float(self.sampled_age_max),
-        }
-        for reason, count in self.evictions.items():
-            out[f"{prefix}/evicted_{reason}"] = float(count)
-        return out
-
-
-def _histogram(values: npt.NDArray[Any]) -> list[int]:
-    clipped = np.minimum(np.maximum(values, 0), HISTOGRAM_BINS - 1)
-    return [int(c) for c in np.bincount(clipped, minlength=HISTOGRAM_BINS)]
 
 
 def _batch_size(value: object) -> int:
@@ -460,8 +402,8 @@ class ReplayTable:
                 samples=self._samples,
                 sample_calls=self._sample_calls,
                 evictions=dict(self._evictions),
-                age_histogram=_histogram(self._version - st.policy_version[live]),
-                reuse_histogram=_histogram(st.times_sampled[live]),
+                age_histogram=histogram(self._version - st.policy_version[live]),
+                reuse_histogram=histogram(st.times_sampled[live]),
                 sampled_age_mean=self._sampled_age_sum / max(1, self._samples),
                 sampled_age_max=self._sampled_age_max,
             )
