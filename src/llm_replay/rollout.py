@@ -10,95 +10,52 @@ is the columnar form that crosses every seam (generator -> table -> learner): fl
 per-rollout lengths, so a batch of thousands of variable-length rollouts is a handful of numpy
 arrays rather than thousands of Python objects. Its validation is vectorised over the whole batch.
 
-Every check raises `InvalidRolloutError` naming the field (with the rollout's index inside a batch)
-and the offending value. Token ids are stored as int32 and log-probs as float32: vocabularies fit
-in 31 bits and behaviour log-probs never need more than single precision.
+Every check (in `validation`) raises `InvalidRolloutError` naming the field (with the rollout's
+index inside a batch) and the offending value. Token ids are stored as int32 and log-probs as
+float32: vocabularies fit in 31 bits and behaviour log-probs never need more than single precision.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-IntArray = npt.NDArray[np.int32]
-FloatArray = npt.NDArray[np.float32]
+from llm_replay.validation import (
+    FINISH_REASONS,
+    MAX_TOKEN_ID,
+    FloatArray,
+    IntArray,
+    InvalidRolloutError,
+    as_finite,
+    as_int,
+    check_logprobs,
+    check_token_ids,
+    concat_rows,
+    correct_flags,
+    encode_tasks,
+    finish_codes,
+    lengths_array,
+    lengths_of,
+    offsets_of,
+    per_rollout_floats,
+    per_rollout_ints,
+)
 
-FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
-"""Why generation ended: an end-of-sequence token, the length limit, or an aborted request."""
-
-MAX_TOKEN_ID = np.iinfo(np.int32).max
-
-
-class InvalidRolloutError(ValueError):
-    """A rollout (or a batch of them) failed validation; `field` names what was wrong."""
-
-    def __init__(self, field: str, value: object, reason: str) -> None:
-        self.field = field
-        self.value = value
-        super().__init__(f"{field} = {_short(value)}: {reason}")
-
-
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _as_token_ids(name: str, values: object) -> IntArray:
-    array = np.asarray(values)
-    if array.ndim != 1:
-        raise InvalidRolloutError(name, values, f"must be a 1-D sequence, got {array.ndim}-D")
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    if array.dtype.kind not in "iu":
-        raise InvalidRolloutError(name, values, f"token ids must be integers, got {array.dtype}")
-    low, high = int(array.min()), int(array.max())
-    if low < 0:
-        raise InvalidRolloutError(name, low, "token ids must be non-negative")
-    if high > MAX_TOKEN_ID:
-        raise InvalidRolloutError(name, high, f"token ids must be <= {MAX_TOKEN_ID}")
-    return array.astype(np.int32, copy=False)
-
-
-def _as_logprobs(name: str, values: object) -> FloatArray:
-    array = np.asarray(values)
-    if array.ndim != 1:
-        raise InvalidRolloutError(name, values, f"must be a 1-D sequence, got {array.ndim}-D")
-    if array.size and array.dtype.kind not in "fiu":
-        raise InvalidRolloutError(
-            name, values, f"log-probs must be real numbers, got {array.dtype}"
-        )
-    array = array.astype(np.float32, copy=False)
-    bad = ~np.isfinite(array) | (array > 0)
-    if bad.any():
-        index = int(np.argmax(bad))
-        raise InvalidRolloutError(
-            f"{name}[{index}]", float(array[index]), "log-probs must be finite and <= 0"
-        )
-    return array
-
-
-def _as_int(name: str, value: object, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise InvalidRolloutError(name, value, "must be an integer")
-    result = int(value)
-    if minimum is not None and result < minimum:
-        raise InvalidRolloutError(name, value, f"must be >= {minimum}")
-    return result
-
-
-def _as_finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise InvalidRolloutError(name, value, "must be a real number")
-    result = float(value)
-    if not math.isfinite(result):
-        raise InvalidRolloutError(name, value, "must be finite")
-    return result
+__all__ = [
+    "FINISH_REASONS",
+    "MAX_TOKEN_ID",
+    "Group",
+    "InvalidRolloutError",
+    "Rollout",
+    "RolloutBatch",
+    "concat_ranges",
+]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -119,12 +76,12 @@ class Rollout:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "prompt_ids", _as_token_ids("prompt_ids", self.prompt_ids))
-        set_(self, "completion_ids", _as_token_ids("completion_ids", self.completion_ids))
+        set_(self, "prompt_ids", check_token_ids("prompt_ids", self.prompt_ids))
+        set_(self, "completion_ids", check_token_ids("completion_ids", self.completion_ids))
         set_(
             self,
             "behaviour_logprobs",
-            _as_logprobs("behaviour_logprobs", self.behaviour_logprobs),
+            check_logprobs(self.behaviour_logprobs),
         )
         if self.prompt_ids.size == 0:
             raise InvalidRolloutError("prompt_ids", [], "a rollout needs at least one prompt token")
@@ -138,11 +95,11 @@ class Rollout:
             raise InvalidRolloutError(
                 "completion_ids", [], "empty completion; pass allow_empty=True if intended"
             )
-        set_(self, "reward", _as_finite("reward", self.reward))
+        set_(self, "reward", as_finite("reward", self.reward))
         if self.advantage is not None:
-            set_(self, "advantage", _as_finite("advantage", self.advantage))
-        set_(self, "group_id", _as_int("group_id", self.group_id, minimum=0))
-        set_(self, "policy_version", _as_int("policy_version", self.policy_version, minimum=0))
+            set_(self, "advantage", as_finite("advantage", self.advantage))
+        set_(self, "group_id", as_int("group_id", self.group_id, minimum=0))
+        set_(self, "policy_version", as_int("policy_version", self.policy_version, minimum=0))
         if not isinstance(self.task, str):
             raise InvalidRolloutError("task", self.task, "must be a string")
         if self.correct is not None and not isinstance(self.correct, bool | np.bool_):
@@ -229,31 +186,6 @@ class Group:
         return RolloutBatch.from_rollouts(self.rollouts)
 
 
-def _offsets(lengths: npt.NDArray[np.int32]) -> npt.NDArray[np.int64]:
-    out = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=out[1:])
-    return out
-
-
-def _lengths_of(name: str, items: Sequence[object]) -> npt.NDArray[np.int32]:
-    try:
-        return np.fromiter((len(x) for x in items), dtype=np.int32, count=len(items))  # type: ignore[arg-type]
-    except TypeError as error:
-        raise InvalidRolloutError(name, items, "must be a sequence of 1-D sequences") from error
-
-
-def _concat(parts: Sequence[object], dtype: type) -> npt.NDArray[Any]:
-    if not parts:
-        return np.zeros(0, dtype=dtype)
-    arrays = [np.asarray(p) for p in parts]
-    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
-
-
-def _row_of(flat_index: int, offsets: npt.NDArray[np.int64]) -> tuple[int, int]:
-    row = int(np.searchsorted(offsets, flat_index, side="right") - 1)
-    return row, int(flat_index - offsets[row])
-
-
 @dataclass(frozen=True, eq=False)
 class RolloutBatch:
     """Columnar rollouts: flat token arrays plus per-rollout lengths and scalars.
@@ -302,9 +234,9 @@ class RolloutBatch:
         for name, items in (("prompt_ids", prompt_ids), ("behaviour_logprobs", behaviour_logprobs)):
             if len(items) != n:
                 raise InvalidRolloutError(name, f"<{len(items)} rows>", f"expected {n} rows")
-        prompt_lengths = _lengths_of("prompt_ids", prompt_ids)
-        completion_lengths = _lengths_of("completion_ids", completion_ids)
-        logprob_lengths = _lengths_of("behaviour_logprobs", behaviour_logprobs)
+        prompt_lengths = lengths_of("prompt_ids", prompt_ids)
+        completion_lengths = lengths_of("completion_ids", completion_ids)
+        logprob_lengths = lengths_of("behaviour_logprobs", behaviour_logprobs)
         mismatch = np.flatnonzero(logprob_lengths != completion_lengths)
         if mismatch.size:
             i = int(mismatch[0])
@@ -313,13 +245,13 @@ class RolloutBatch:
                 f"<{logprob_lengths[i]} values>",
                 f"needs one log-prob per completion token ({completion_lengths[i]})",
             )
-        codes, names = _encode_tasks(tasks, n)
+        codes, names = encode_tasks(tasks, n)
         return cls.from_flat(
-            prompt_ids=_concat(prompt_ids, np.int32),
+            prompt_ids=concat_rows(prompt_ids, np.int32),
             prompt_lengths=prompt_lengths,
-            completion_ids=_concat(completion_ids, np.int32),
+            completion_ids=concat_rows(completion_ids, np.int32),
             completion_lengths=completion_lengths,
-            behaviour_logprobs=_concat(behaviour_logprobs, np.float32),
+            behaviour_logprobs=concat_rows(behaviour_logprobs, np.float32),
             rewards=rewards,
             group_ids=group_ids,
             policy_versions=policy_versions,
@@ -351,15 +283,15 @@ class RolloutBatch:
         allow_empty: bool = False,
     ) -> RolloutBatch:
         """Build and validate a batch from flat arrays and lengths (vectorised checks)."""
-        p_len = _lengths_array("prompt_lengths", prompt_lengths)
-        c_len = _lengths_array("completion_lengths", completion_lengths)
+        p_len = lengths_array("prompt_lengths", prompt_lengths)
+        c_len = lengths_array("completion_lengths", completion_lengths)
         n = len(c_len)
         if len(p_len) != n:
             raise InvalidRolloutError("prompt_lengths", f"<{len(p_len)} rows>", f"expected {n}")
-        p_off, c_off = _offsets(p_len), _offsets(c_len)
-        p_ids = _flat_ids("prompt_ids", prompt_ids, p_off)
-        c_ids = _flat_ids("completion_ids", completion_ids, c_off)
-        logprobs = _flat_logprobs(behaviour_logprobs, c_off)
+        p_off, c_off = offsets_of(p_len), offsets_of(c_len)
+        p_ids = check_token_ids("prompt_ids", prompt_ids, p_off)
+        c_ids = check_token_ids("completion_ids", completion_ids, c_off)
+        logprobs = check_logprobs(behaviour_logprobs, c_off)
         empty_prompt = np.flatnonzero(p_len == 0)
         if empty_prompt.size:
             raise InvalidRolloutError(
@@ -372,16 +304,16 @@ class RolloutBatch:
                 [],
                 "empty completion; pass allow_empty=True if intended",
             )
-        reward_arr = _per_rollout_floats("rewards", rewards, n, allow_nan=False)
+        reward_arr = per_rollout_floats("rewards", rewards, n, allow_nan=False)
         adv_arr = (
             np.full(n, np.nan)
             if advantages is None
-            else _per_rollout_floats("advantages", advantages, n, allow_nan=True)
+            else per_rollout_floats("advantages", advantages, n, allow_nan=True)
         )
-        group_arr = _per_rollout_ints("group_ids", group_ids, n)
-        version_arr = _per_rollout_ints("policy_versions", policy_versions, n)
-        correct_arr = _correct_array(correct, n)
-        finish_arr = _finish_array(finish_reasons, n)
+        group_arr = per_rollout_ints("group_ids", group_ids, n)
+        version_arr = per_rollout_ints("policy_versions", policy_versions, n)
+        correct_arr = correct_flags(correct, n)
+        finish_arr = finish_codes(finish_reasons, n)
         names = tuple(task_names)
         if task_codes is None:
             codes = np.zeros(n, dtype=np.int16)
@@ -416,11 +348,11 @@ class RolloutBatch:
         names: dict[str, int] = {"": 0}
         codes = np.array([names.setdefault(r.task, len(names)) for r in items], dtype=np.int16)
         return cls.from_flat(
-            prompt_ids=_concat([r.prompt_ids for r in items], np.int32),
+            prompt_ids=concat_rows([r.prompt_ids for r in items], np.int32),
             prompt_lengths=np.array([r.prompt_ids.size for r in items], dtype=np.int32),
-            completion_ids=_concat([r.completion_ids for r in items], np.int32),
+            completion_ids=concat_rows([r.completion_ids for r in items], np.int32),
             completion_lengths=np.array([r.completion_ids.size for r in items], dtype=np.int32),
-            behaviour_logprobs=_concat([r.behaviour_logprobs for r in items], np.float32),
+            behaviour_logprobs=concat_rows([r.behaviour_logprobs for r in items], np.float32),
             rewards=np.array([r.reward for r in items], dtype=np.float64),
             advantages=np.array(
                 [np.nan if r.advantage is None else r.advantage for r in items], dtype=np.float64
@@ -482,10 +414,6 @@ class RolloutBatch:
     def num_tokens(self) -> int:
         return int(self.prompt_ids.size + self.completion_ids.size)
 
-    @property
-    def token_counts(self) -> npt.NDArray[np.int64]:
-        return self.prompt_lengths.astype(np.int64) + self.completion_lengths
-
     def __getitem__(self, index: int) -> Rollout:
         n = len(self)
         if not -n <= index < n:
@@ -514,7 +442,7 @@ class RolloutBatch:
         )
 
     def __iter__(self) -> Iterator[Rollout]:
-        p_off, c_off = _offsets(self.prompt_lengths), _offsets(self.completion_lengths)
+        p_off, c_off = offsets_of(self.prompt_lengths), offsets_of(self.completion_lengths)
         for i in range(len(self)):
             yield self._rollout(
                 i, int(p_off[i]), int(p_off[i + 1]), int(c_off[i]), int(c_off[i + 1])
@@ -524,13 +452,13 @@ class RolloutBatch:
         return list(self)
 
     def with_advantages(self, advantages: object) -> RolloutBatch:
-        values = _per_rollout_floats("advantages", advantages, len(self), allow_nan=False)
+        values = per_rollout_floats("advantages", advantages, len(self), allow_nan=False)
         return dataclasses.replace(self, advantages=values)
 
     def select(self, indices: npt.ArrayLike) -> RolloutBatch:
         """The rollouts at `indices`, in that order."""
         idx = np.asarray(indices, dtype=np.int64)
-        p_off, c_off = _offsets(self.prompt_lengths), _offsets(self.completion_lengths)
+        p_off, c_off = offsets_of(self.prompt_lengths), offsets_of(self.completion_lengths)
         p_take = concat_ranges(p_off[idx], self.prompt_lengths[idx])
         c_take = concat_ranges(c_off[idx], self.completion_lengths[idx])
         return RolloutBatch(
@@ -549,12 +477,6 @@ class RolloutBatch:
             task_names=self.task_names,
         )
 
-    def task_of(self) -> list[str]:
-        return [self.task_names[int(c)] for c in self.task_codes]
-
-    def metadata_of(self, index: int) -> Mapping[str, Any]:
-        return self[index].metadata
-
 
 def concat_ranges(starts: npt.ArrayLike, lengths: npt.ArrayLike) -> npt.NDArray[np.int64]:
     """Concatenated aranges [s, s + l) for each (s, l), vectorised."""
@@ -565,135 +487,3 @@ def concat_ranges(starts: npt.ArrayLike, lengths: npt.ArrayLike) -> npt.NDArray[
     ends = np.cumsum(length_arr)
     shifts = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - length_arr), length_arr)
     return shifts + np.arange(total, dtype=np.int64)
-
-
-def _encode_tasks(
-    tasks: Sequence[str] | str, n: int
-) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
-    if isinstance(tasks, str):
-        return np.zeros(n, dtype=np.int16), (tasks,)
-    if len(tasks) != n:
-        raise InvalidRolloutError("tasks", f"<{len(tasks)} rows>", f"expected {n} rows")
-    names: dict[str, int] = {}
-    for index, task in enumerate(tasks):
-        if not isinstance(task, str):
-            raise InvalidRolloutError(f"rollouts[{index}].task", task, "must be a string")
-    codes = np.array([names.setdefault(t, len(names)) for t in tasks], dtype=np.int16)
-    return codes, tuple(names) or ("",)
-
-
-def _lengths_array(name: str, values: object) -> npt.NDArray[np.int32]:
-    array = np.asarray(values)
-    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-        raise InvalidRolloutError(name, values, "must be a 1-D integer array")
-    if array.size and array.min() < 0:
-        raise InvalidRolloutError(name, int(array.min()), "lengths must be non-negative")
-    return array.astype(np.int32, copy=False)
-
-
-def _flat_ids(name: str, values: object, offsets: npt.NDArray[np.int64]) -> IntArray:
-    array = np.asarray(values)
-    if array.ndim != 1 or len(array) != offsets[-1]:
-        raise InvalidRolloutError(name, f"<{array.shape}>", f"expected {int(offsets[-1])} tokens")
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int32)
-    if array.dtype.kind not in "iu":
-        raise InvalidRolloutError(name, values, f"token ids must be integers, got {array.dtype}")
-    bad = (array < 0) | (array > MAX_TOKEN_ID)
-    if bad.any():
-        row, col = _row_of(int(np.argmax(bad)), offsets)
-        value = int(array[int(np.argmax(bad))])
-        raise InvalidRolloutError(
-            f"rollouts[{row}].{name}[{col}]", value, f"token ids must be in [0, {MAX_TOKEN_ID}]"
-        )
-    return array.astype(np.int32, copy=False)
-
-
-def _flat_logprobs(values: object, offsets: npt.NDArray[np.int64]) -> FloatArray:
-    array = np.asarray(values)
-    if array.ndim != 1 or len(array) != offsets[-1]:
-        raise InvalidRolloutError(
-            "behaviour_logprobs", f"<{array.shape}>", f"expected {int(offsets[-1])} values"
-        )
-    if array.size and array.dtype.kind not in "fiu":
-        raise InvalidRolloutError("behaviour_logprobs", values, f"must be real, got {array.dtype}")
-    array = array.astype(np.float32, copy=False)
-    # One pass: NaN compares False, so `<= 0` alone rejects NaN and +inf; -inf is caught separately.
-    ok = array <= 0
-    if not ok.all() or (array.size and np.isneginf(array.min())):
-        bad = ~ok | np.isneginf(array)
-        flat = int(np.argmax(bad))
-        row, col = _row_of(flat, offsets)
-        raise InvalidRolloutError(
-            f"rollouts[{row}].behaviour_logprobs[{col}]",
-            float(array[flat]),
-            "log-probs must be finite and <= 0",
-        )
-    return array
-
-
-def _per_rollout_floats(
-    name: str, values: object, n: int, *, allow_nan: bool
-) -> npt.NDArray[np.float64]:
-    array = np.asarray(values)
-    if array.ndim == 0:
-        array = np.full(n, array)
-    if array.shape != (n,) or (array.size and array.dtype.kind not in "fiub"):
-        raise InvalidRolloutError(name, values, f"expected {n} real numbers")
-    if array.dtype.kind == "b":
-        raise InvalidRolloutError(name, values, "expected real numbers, got booleans")
-    array = array.astype(np.float64, copy=False)
-    bad = np.isinf(array) if allow_nan else ~np.isfinite(array)
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", float(array[i]), "must be finite")
-    return array
-
-
-def _per_rollout_ints(name: str, values: object, n: int) -> npt.NDArray[np.int64]:
-    array = np.asarray(values)
-    if array.ndim == 0:
-        array = np.full(n, array)
-    if array.shape != (n,) or (array.size and array.dtype.kind not in "iu"):
-        raise InvalidRolloutError(name, values, f"expected {n} integers")
-    array = array.astype(np.int64, copy=False)
-    if array.size and array.min() < 0:
-        i = int(np.argmin(array))
-        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", int(array[i]), "must be >= 0")
-    return array
-
-
-def _correct_array(values: object | None, n: int) -> npt.NDArray[np.int8]:
-    if values is None:
-        return np.full(n, -1, dtype=np.int8)
-    array = np.asarray(values)
-    if array.shape != (n,):
-        raise InvalidRolloutError("correct", values, f"expected {n} flags")
-    if array.dtype == object:
-        out = np.array([-1 if v is None else int(bool(v)) for v in array], dtype=np.int8)
-        return out
-    array = array.astype(np.int8)
-    if array.size and (array.min() < -1 or array.max() > 1):
-        raise InvalidRolloutError("correct", values, "flags must be -1 (unknown), 0 or 1")
-    return array
-
-
-def _finish_array(
-    values: Sequence[str] | npt.NDArray[np.uint8] | None, n: int
-) -> npt.NDArray[np.uint8]:
-    if values is None:
-        return np.zeros(n, dtype=np.uint8)
-    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
-        if values.shape != (n,) or (n and values.max() >= len(FINISH_REASONS)):
-            raise InvalidRolloutError("finish_reasons", values, f"codes index {FINISH_REASONS}")
-        return values.astype(np.uint8)
-    if len(values) != n:
-        raise InvalidRolloutError("finish_reasons", f"<{len(values)} rows>", f"expected {n}")
-    out = np.empty(n, dtype=np.uint8)
-    for i, reason in enumerate(values):
-        if reason not in FINISH_REASONS:
-            raise InvalidRolloutError(
-                f"rollouts[{i}].finish_reason", reason, f"not in {FINISH_REASONS}"
-            )
-        out[i] = FINISH_REASONS.index(reason)
-    return out

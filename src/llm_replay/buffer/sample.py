@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.rollout import FINISH_REASONS, RolloutBatch
+from llm_replay.rollout import Rollout, RolloutBatch
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -85,12 +85,8 @@ class Sample:
             task_names=self.task_names,
         )
 
-    def rollouts(self) -> list:  # type: ignore[type-arg]
+    def rollouts(self) -> list[Rollout]:
         return self.to_batch().rollouts()
-
-    @property
-    def finish_reason_names(self) -> list[str]:
-        return [FINISH_REASONS[int(c)] for c in self.finish_reasons]
 
     @classmethod
     def from_batch(

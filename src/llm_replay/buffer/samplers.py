@@ -120,7 +120,44 @@ def _check_exponent(name: str, value: float) -> float:
     return float(value)
 
 
-class Prioritized(Sampler):
+class _TreeSampler(Sampler):
+    """Draws proportionally to per-slot masses kept in a sum tree; subclasses decide the masses."""
+
+    stratified: ClassVar[bool] = True
+
+    def bind(self, storage: RolloutStorage) -> None:
+        super().bind(storage)
+        self.tree = SumTree(storage.capacity)
+
+    def on_remove(self, slots: I64) -> None:
+        self.tree.set(slots, 0.0)
+
+    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
+        slots = self.tree.sample(n, rng, stratified=self.stratified)
+        return slots, self.tree.get(slots) / self.tree.total
+
+    def _scalars(self) -> np.ndarray:
+        """Scalar state saved beside the tree's leaves."""
+        raise NotImplementedError
+
+    def _load_scalars(self, values: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        base = self.tree.leaf_base
+        return {
+            "leaves": self.tree.sums[base : base + self.storage.capacity].copy(),
+            "scalars": self._scalars(),
+        }
+
+    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        base = self.tree.leaf_base
+        self.tree.sums[base : base + self.storage.capacity] = arrays["leaves"]
+        self.tree.rebuild()  # internal nodes are always left + right, so this is exact
+        self._load_scalars(arrays["scalars"])
+
+
+class Prioritized(_TreeSampler):
     """P(i) ∝ (p_i + ε)^α, with importance weights (N·P(i))^-β normalised by their maximum.
 
     The priority of a new rollout defaults to |advantage| (frozen at birth, as in rollout-level
@@ -137,10 +174,6 @@ class Prioritized(Sampler):
         self.epsilon = float(epsilon)
         self.max_priority = 1.0
 
-    def bind(self, storage: RolloutStorage) -> None:
-        super().bind(storage)
-        self.tree = SumTree(storage.capacity)
-
     def _mass(self, priorities: F64) -> F64:
         return np.power(np.abs(priorities) + self.epsilon, self.alpha)
 
@@ -150,9 +183,6 @@ class Prioritized(Sampler):
         if len(priorities):
             self.max_priority = max(self.max_priority, float(priorities.max()))
         self.tree.set(slots, self._mass(priorities))
-
-    def on_remove(self, slots: I64) -> None:
-        self.tree.set(slots, 0.0)
 
     def update_priorities(self, slots: I64, priorities: F64) -> None:
         p = np.asarray(priorities, dtype=np.float64)
@@ -167,10 +197,6 @@ class Prioritized(Sampler):
             self.max_priority = max(self.max_priority, float(p.max()))
         self.tree.set(slots, self._mass(p))
 
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
-        slots = self.tree.sample(n, rng)
-        return slots, self.tree.get(slots) / self.tree.total
-
     def importance_weights(self, probabilities: F64) -> F64:
         # (N P_i)^-β / max_j (N P_j)^-β = (P_i / P_min)^-β; P_min over every stored rollout.
         p_min = self.tree.min / self.tree.total
@@ -179,21 +205,14 @@ class Prioritized(Sampler):
     def config(self) -> dict[str, Any]:
         return {"alpha": self.alpha, "beta": self.beta, "epsilon": self.epsilon}
 
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        base = self.tree.leaf_base
-        return {
-            "leaves": self.tree.sums[base : base + self.storage.capacity].copy(),
-            "max_priority": np.array([self.max_priority]),
-        }
+    def _scalars(self) -> np.ndarray:
+        return np.array([self.max_priority])
 
-    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        base = self.tree.leaf_base
-        self.tree.sums[base : base + self.storage.capacity] = arrays["leaves"]
-        self.tree.rebuild()
-        self.max_priority = float(arrays["max_priority"][0])
+    def _load_scalars(self, values: np.ndarray) -> None:
+        self.max_priority = float(values[0])
 
 
-class Recency(Sampler):
+class Recency(_TreeSampler):
     """Weight 2^(-age / half_life) with age = current policy version - the rollout's version.
 
     All ages grow together when the version advances, so relative weights depend only on each
@@ -201,16 +220,13 @@ class Recency(Sampler):
     """
 
     name = "recency"
+    stratified = False
 
     def __init__(self, half_life: float = 4.0) -> None:
         if not (math.isfinite(half_life) and half_life > 0):
             raise ValueError(f"half_life = {half_life!r}: must be finite and > 0")
         self.half_life = float(half_life)
         self.reference = 0
-
-    def bind(self, storage: RolloutStorage) -> None:
-        super().bind(storage)
-        self.tree = SumTree(storage.capacity)
 
     def _mass(self, slots: I64) -> F64:
         exponent = (self.storage.policy_version[slots] - self.reference) / self.half_life
@@ -226,28 +242,14 @@ class Recency(Sampler):
             self.tree.set(live, self._mass(live))
         self.tree.set(slots, self._mass(slots))
 
-    def on_remove(self, slots: I64) -> None:
-        self.tree.set(slots, 0.0)
-
-    def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
-        slots = self.tree.sample(n, rng, stratified=False)
-        return slots, self.tree.get(slots) / self.tree.total
-
     def config(self) -> dict[str, Any]:
         return {"half_life": self.half_life}
 
-    def state_arrays(self) -> dict[str, np.ndarray]:
-        base = self.tree.leaf_base
-        return {
-            "leaves": self.tree.sums[base : base + self.storage.capacity].copy(),
-            "reference": np.array([self.reference], dtype=np.int64),
-        }
+    def _scalars(self) -> np.ndarray:
+        return np.array([self.reference], dtype=np.int64)
 
-    def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        base = self.tree.leaf_base
-        self.tree.sums[base : base + self.storage.capacity] = arrays["leaves"]
-        self.tree.rebuild()
-        self.reference = int(arrays["reference"][0])
+    def _load_scalars(self, values: np.ndarray) -> None:
+        self.reference = int(values[0])
 
 
 class PositiveBiased(Uniform):
@@ -366,10 +368,6 @@ class Groups(Sampler):
                 if last != group:
                     self._order[pos] = last
                     self._pos[last] = pos
-
-    @property
-    def num_groups(self) -> int:
-        return len(self._order)
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[I64, F64]:
         chosen: list[int] = []

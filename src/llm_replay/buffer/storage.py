@@ -59,10 +59,17 @@ COLUMNS: dict[str, Any] = {
 class RolloutStorage:
     """Fixed-capacity slot columns and a growable ring arena; no locking (the table locks)."""
 
-    def __init__(self, capacity: int, *, initial_units: int = 1 << 16) -> None:
+    def __init__(
+        self, capacity: int, *, max_tokens: int | None = None, initial_units: int = 1 << 16
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity = {capacity}: must be >= 1")
         self.capacity = capacity
+        self.max_tokens = max_tokens
+        # Everything ever added, to project the arena's steady-state size.
+        self.rollouts_added = 0
+        self.units_added = 0
+        self.tokens_added = 0
         for name, dtype in COLUMNS.items():
             setattr(self, name, np.zeros(capacity, dtype=dtype))
         self.offset: I64
@@ -145,7 +152,7 @@ class RolloutStorage:
         return slots[np.argsort(self.seq[slots], kind="stable")]
 
     # ----------------------------------------------------------------- insert
-    def add(self, batch: RolloutBatch, insert_version: int, expected_units: float) -> I64:
+    def add(self, batch: RolloutBatch, insert_version: int) -> I64:
         """Store `batch` (caller guarantees free slots); returns the new slots."""
         n = len(batch)
         if n > self.capacity - self.size:
@@ -154,12 +161,15 @@ class RolloutStorage:
         p_len = batch.prompt_lengths.astype(np.int64)
         c_len = batch.completion_lengths.astype(np.int64)
         units = p_len + 2 * c_len
+        self.rollouts_added += n
+        self.units_added += int(units.sum())
+        self.tokens_added += int(p_len.sum() + c_len.sum())
         longest = int((p_len + c_len).max())
         if longest > self.max_len:
             self.max_len = longest
             if longest > len(self.arena) - self.data_units:
-                self._relayout(0, expected_units, force=True)
-        offsets = self._allocate(units, expected_units)
+                self._relayout(0, force=True)
+        offsets = self._allocate(units)
         self._write_payload(batch, offsets, p_len, c_len)
 
         codes = np.array([self._task_code(name) for name in batch.task_names], dtype=np.int16)
@@ -218,11 +228,18 @@ class RolloutStorage:
         self._next_seq = len(ordered)
 
     # ----------------------------------------------------------------- arena
-    def _allocate(self, units: I64, expected_units: float) -> I64:
+    def projected_units(self) -> float:
+        """Arena units held at capacity, from the mean rollout added so far."""
+        projected = self.units_added / max(1, self.rollouts_added) * self.capacity
+        if self.max_tokens is not None and self.tokens_added:
+            projected = min(projected, self.max_tokens * self.units_added / self.tokens_added)
+        return projected
+
+    def _allocate(self, units: I64) -> I64:
         """Ring offsets for consecutive rollouts of `units` each; grows/compacts if needed."""
         total = int(units.sum())
         if not self._fits_contiguously(total):
-            self._relayout(total, expected_units)
+            self._relayout(total)
         if self.head + total > self.data_units:
             self.head = 0  # wrap; `_fits_contiguously` checked [0, tail) has room
         starts = np.empty(len(units), dtype=np.int64)
@@ -241,12 +258,12 @@ class RolloutStorage:
             return self.head + total <= self.data_units or total <= tail
         return self.head + total <= tail  # wrapped: free is [head, tail)
 
-    def _relayout(self, incoming: int, expected_units: float, force: bool = False) -> None:
+    def _relayout(self, incoming: int, force: bool = False) -> None:
         """Copy live payload, oldest first, to the front of a (possibly larger) arena."""
         needed = self.live_units + incoming
         size = self.data_units
         if needed > 0.9 * size and not force:  # compacting alone would leave too little room: grow
-            projected = min(expected_units * HEADROOM, needed * MAX_GROWTH_STEP)
+            projected = min(self.projected_units() * HEADROOM, needed * MAX_GROWTH_STEP)
             size = max(int(needed * GROWTH), int(projected))
         ordered = self.live_in_order()
         new = np.empty(size + _guard_for(self.max_len), dtype=np.int32)
@@ -270,21 +287,15 @@ class RolloutStorage:
         self._set_arena(new)
 
     def _write_payload(self, batch: RolloutBatch, offsets: I64, p_len: I64, c_len: I64) -> None:
-        total = int((p_len + 2 * c_len).sum())
+        """Interleave prompt / completion / log-prob segments into the block `_allocate` gave."""
         start = int(offsets[0])
-        if start + total <= self.data_units and np.array_equal(
-            offsets[1:], offsets[:-1] + (p_len + 2 * c_len)[:-1]
-        ):
-            # Interleave prompt/completion/log-prob segments into one contiguous block.
-            seg_p = offsets - start
-            seg_c = seg_p + p_len
-            seg_l = seg_c + c_len
-            block = self.arena[start : start + total]
-            block[concat_ranges(seg_p, p_len)] = batch.prompt_ids
-            block[concat_ranges(seg_c, c_len)] = batch.completion_ids
-            block[concat_ranges(seg_l, c_len)] = batch.behaviour_logprobs.view(np.int32)
-        else:  # pragma: no cover - `_allocate` always hands out one contiguous block
-            raise RuntimeError("non-contiguous allocation")
+        seg_p = offsets - start
+        seg_c = seg_p + p_len
+        seg_l = seg_c + c_len
+        block = self.arena[start : start + int((p_len + 2 * c_len).sum())]
+        block[concat_ranges(seg_p, p_len)] = batch.prompt_ids
+        block[concat_ranges(seg_c, c_len)] = batch.completion_ids
+        block[concat_ranges(seg_l, c_len)] = batch.behaviour_logprobs.view(np.int32)
 
     # ----------------------------------------------------------------- remove
     def remove(self, slots: I64) -> None:
@@ -430,6 +441,7 @@ class RolloutStorage:
             "oldest_seq": self._oldest_seq,
             "task_names": list(self.task_names),
             "arena_units": self.data_units,
+            "added": [self.rollouts_added, self.units_added, self.tokens_added],
         }
 
     def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
@@ -460,6 +472,7 @@ class RolloutStorage:
         self.dense_pos[self.dense[: self.size]] = np.arange(self.size, dtype=np.int32)
         self._free = arrays["free"].astype(np.int64).tolist()
         self._fresh_slot = used
+        self.rollouts_added, self.units_added, self.tokens_added = (int(x) for x in meta["added"])
         self._next_seq = int(meta["next_seq"])
         self._oldest_seq = int(meta["oldest_seq"])
         self._order[:] = 0

@@ -87,7 +87,7 @@ class ReplayTable:
             raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
         self.name = str(name)
         self.seed = int(seed)
-        self.storage = RolloutStorage(max_rollouts)
+        self.storage = RolloutStorage(max_rollouts, max_tokens=max_tokens)
         self.sampler.bind(self.storage)
         self._rng = np.random.default_rng(seed)
         self._cond = threading.Condition(threading.Lock())
@@ -97,8 +97,6 @@ class ReplayTable:
         self._insert_calls = 0
         self._samples = 0
         self._sample_calls = 0
-        self._units_in = 0
-        self._tokens_in = 0
         self._sampled_age_sum = 0
         self._sampled_age_max = 0
         self._evictions = dict.fromkeys(REASONS, 0)
@@ -214,10 +212,7 @@ class ReplayTable:
             by_count, by_tokens = self.eviction.for_capacity(self.storage, n, tokens)
             self._evict(by_count, "capacity_rollouts")
             self._evict(by_tokens, "capacity_tokens")
-            units = int(batch.prompt_lengths.sum()) + 2 * int(batch.completion_lengths.sum())
-            self._units_in += units
-            self._tokens_in += tokens
-            slots = self.storage.add(batch, self._version, self._projected_units(n))
+            slots = self.storage.add(batch, self._version)
             keys = self.storage.keys_of(slots)  # before any rule below can evict (and re-key) them
             self.sampler.on_insert(slots)
             self._evict(self.sampler.retention(0), "retention")  # an insert wider than a window
@@ -230,14 +225,6 @@ class ReplayTable:
                 self._evict(stale, "max_age")
             self._cond.notify_all()
         return keys
-
-    def _projected_units(self, incoming: int) -> float:
-        """Arena units the table will hold at capacity, from the mean rollout seen so far."""
-        per_rollout = self._units_in / max(1, self._inserts + incoming)
-        projected = per_rollout * self.max_rollouts
-        if self.eviction.max_tokens is not None and self._tokens_in:
-            projected = min(projected, self.eviction.max_tokens * self._units_in / self._tokens_in)
-        return projected
 
     # ----------------------------------------------------------------- sample
     def sample(self, batch_size: int, *, timeout: float | None = None, pad_id: int = 0) -> Sample:
@@ -438,8 +425,6 @@ class ReplayTable:
                     "insert_calls": self._insert_calls,
                     "samples": self._samples,
                     "sample_calls": self._sample_calls,
-                    "units_in": self._units_in,
-                    "tokens_in": self._tokens_in,
                     "sampled_age_sum": self._sampled_age_sum,
                     "sampled_age_max": self._sampled_age_max,
                 },
@@ -476,8 +461,6 @@ class ReplayTable:
         table._insert_calls = int(counters["insert_calls"])
         table._samples = int(counters["samples"])
         table._sample_calls = int(counters["sample_calls"])
-        table._units_in = int(counters["units_in"])
-        table._tokens_in = int(counters["tokens_in"])
         table._sampled_age_sum = int(counters["sampled_age_sum"])
         table._sampled_age_max = int(counters["sampled_age_max"])
         table._evictions.update({k: int(v) for k, v in meta["evictions"].items()})
