@@ -10,11 +10,11 @@ TORCH  := torch==2.13.0
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[dev,bench]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[train,dev,bench]'
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/buffer_demo.py
+	$(VENV)/bin/llm-replay demo --out runs/demo
 
 lint: $(STAMP)
 	$(PY) -m ruff check src tests benchmarks examples

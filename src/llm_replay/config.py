@@ -1,0 +1,391 @@
+"""Typed, validated run configuration: YAML files plus `--set dotted.key=value` overrides.
+
+Every section is a dataclass; `load_config` checks each key against its field type and range and
+fails at load time with the dotted key (`replay.capacity = -1: must be >= 1`). Unknown keys are
+errors, with a suggestion when the spelling is close. Values given with `--set` are parsed as YAML
+scalars (`--set optim.lr=1e-4 --set eval.pass_k=[1,4]`). Derived quantities are properties.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+def _positive(key: str, value: float, *, zero_ok: bool = False) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ConfigError(f"{key} = {value!r}: must be finite and {bound}")
+
+
+@dataclass
+class ModelConfig:
+    path: str = "builtin:tiny-chain-sum"
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    chat_template: Literal["auto", "on", "off"] = "auto"
+
+    def check(self) -> None:
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
+
+
+@dataclass
+class TaskConfig:
+    kind: Literal["reasoning_gym", "dataset"] = "reasoning_gym"
+    dataset: str = "chain_sum"
+    params: dict[str, Any] = field(
+        default_factory=lambda: {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
+    )
+    prompt_template: str = "{expression}="
+    strip_spaces: bool = True
+    seed: int = 1
+    eval_seed: int = 2
+    train_size: int = 20_000
+    eval_size: int = 500
+    path: str | None = None
+    eval_path: str | None = None
+    eval_fraction: float = 0.1
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    correct_threshold: float = 1.0
+    reward_timeout_s: float = 5.0
+    failure_reward: float = 0.0
+
+    def check(self) -> None:
+        if self.kind == "dataset" and not self.path:
+            raise ConfigError("path = None: kind 'dataset' needs a .jsonl or .parquet file")
+        for key in ("train_size", "eval_size"):
+            _positive(key, getattr(self, key))
+        _positive("reward_timeout_s", self.reward_timeout_s)
+
+
+@dataclass
+class GenerationConfig:
+    prompts_per_step: int = 32
+    group_size: int = 8
+    max_new_tokens: int = 8
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def check(self) -> None:
+        _positive("prompts_per_step", self.prompts_per_step)
+        if self.group_size < 2:
+            raise ConfigError(f"group_size = {self.group_size}: must be >= 2 (group baselines)")
+        _positive("max_new_tokens", self.max_new_tokens)
+        _positive("temperature", self.temperature)
+        _positive("top_k", self.top_k, zero_ok=True)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p = {self.top_p!r}: must be in (0, 1]")
+
+    @property
+    def rollouts_per_step(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
+    loss: Literal[
+        "reinforce", "grpo", "dapo", "decoupled_ppo", "tis", "icepop", "cispo", "gspo", "asymre"
+    ] = "grpo"
+    aggregation: Literal["token_mean", "sequence_mean", "token_sum_norm"] = "token_mean"
+    clip_low: float | None = None
+    clip_high: float | None = None
+    tis_cap: float = 2.0
+    icepop_beta: float = 5.0
+    level: Literal["token", "sequence"] = "token"
+    decoupled_cap: float | None = None
+    delta_v: float = -0.1
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    use_sampling_weights: bool = False
+
+    def check(self) -> None:
+        if self.loss == "asymre" and self.advantage != "dr_grpo":
+            raise ConfigError(
+                f"advantage = {self.advantage!r}: loss 'asymre' needs 'dr_grpo' (R − V̂ baselines)"
+            )
+        _positive("tis_cap", self.tis_cap)
+        if self.icepop_beta <= 1:
+            raise ConfigError(f"icepop_beta = {self.icepop_beta!r}: must be > 1")
+        _positive("kl_coef", self.kl_coef, zero_ok=True)
+        _positive("entropy_coef", self.entropy_coef, zero_ok=True)
+        for key in ("clip_low", "clip_high", "decoupled_cap"):
+            if getattr(self, key) is not None:
+                _positive(key, getattr(self, key), zero_ok=True)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 5e-5
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    grad_clip: float = 1.0
+
+    def check(self) -> None:
+        _positive("lr", self.lr)
+        _positive("weight_decay", self.weight_decay, zero_ok=True)
+        for key in ("beta1", "beta2"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ConfigError(f"{key} = {getattr(self, key)!r}: must be in [0, 1)")
+        _positive("grad_clip", self.grad_clip, zero_ok=True)
+
+
+@dataclass
+class RLEPConfig:
+    phase1_iterations: int = 20
+    replay_per_group: int = 2
+    min_correct: int = 2
+    pool_capacity: int = 100_000
+    pool_path: str | None = None
+
+    def check(self) -> None:
+        _positive("phase1_iterations", self.phase1_iterations, zero_ok=True)
+        _positive("replay_per_group", self.replay_per_group)
+        _positive("min_correct", self.min_correct)
+        _positive("pool_capacity", self.pool_capacity)
+
+
+@dataclass
+class ReplayConfig:
+    strategy: Literal["on_policy", "uniform", "positive", "prioritized", "rlep"] = "on_policy"
+    capacity: int = 1024
+    replay_ratio: float = 1.0
+    delta: float = 0.5
+    alpha: float = 0.5
+    beta: float = 0.4
+    max_age: int | None = None
+    fresh_ratio: float = 0.5
+    rlep: RLEPConfig = field(default_factory=RLEPConfig)
+
+    def check(self) -> None:
+        _positive("capacity", self.capacity)
+        _positive("replay_ratio", self.replay_ratio)
+        if not 0 <= self.delta <= 1:
+            raise ConfigError(f"delta = {self.delta!r}: must be in [0, 1]")
+        _positive("alpha", self.alpha, zero_ok=True)
+        _positive("beta", self.beta, zero_ok=True)
+        if self.max_age is not None:
+            _positive("max_age", self.max_age)
+        _positive("fresh_ratio", self.fresh_ratio, zero_ok=True)
+
+
+@dataclass
+class TrainConfig:
+    iterations: int = 60
+    compute_seconds: float | None = None
+    batch_size: int = 256
+    micro_batch_size: int = 256
+    seed: int = 0
+    threads: int | None = None
+
+    def check(self) -> None:
+        _positive("iterations", self.iterations)
+        if self.compute_seconds is not None:
+            _positive("compute_seconds", self.compute_seconds)
+        _positive("batch_size", self.batch_size)
+        _positive("micro_batch_size", self.micro_batch_size)
+        if self.threads is not None:
+            _positive("threads", self.threads)
+
+
+@dataclass
+class EvalConfig:
+    every: int = 10
+    size: int = 500
+    pass_k: list[int] = field(default_factory=lambda: [1, 8])
+    pass_size: int = 100
+
+    def check(self) -> None:
+        _positive("every", self.every)
+        _positive("size", self.size)
+        _positive("pass_size", self.pass_size, zero_ok=True)
+        if not self.pass_k or any(k < 1 for k in self.pass_k):
+            raise ConfigError(f"pass_k = {self.pass_k!r}: must be a non-empty list of k >= 1")
+
+    @property
+    def pass_samples(self) -> int:
+        return max(self.pass_k)
+
+
+@dataclass
+class LogConfig:
+    run_dir: str = "runs/{name}"
+    tensorboard: bool = True
+    checkpoint_every: int = 0
+    progress: bool = True
+
+    def check(self) -> None:
+        _positive("checkpoint_every", self.checkpoint_every, zero_ok=True)
+
+
+@dataclass
+class Config:
+    name: str = "run"
+    runtime: Literal["sync"] = "sync"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def check(self) -> None:
+        if not self.name or "/" in self.name:
+            raise ConfigError(f"name = {self.name!r}: must be a non-empty name without '/'")
+        if self.replay.strategy == "on_policy" and self.replay.replay_ratio != 1.0:
+            raise ConfigError(
+                f"replay.replay_ratio = {self.replay.replay_ratio}: on_policy uses each rollout once"
+            )
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.log.run_dir.format(name=self.name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _type_name(kind: Any) -> str:
+    return getattr(kind, "__name__", str(kind)).replace("typing.", "")
+
+
+def _convert(key: str, kind: Any, value: Any) -> Any:
+    origin = typing.get_origin(kind)
+    if origin is Literal:
+        if value not in typing.get_args(kind):
+            raise ConfigError(f"{key} = {value!r}: choose one of {list(typing.get_args(kind))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(kind)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(key, inner[0], value)
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: expected a mapping of {_type_name(kind)} fields")
+        return _build(kind, value, key)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} = {value!r}: expected a list")
+        return [_convert(f"{key}[{i}]", item, v) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: expected a mapping")
+        return dict(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} = {value!r}: expected true or false")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} = {value!r}: expected an integer")
+        return value
+    if kind is float:
+        if isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} = {value!r}: expected a number")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} = {value!r}: expected a string")
+        return value
+    raise ConfigError(f"{key}: unsupported field type {_type_name(kind)}")  # pragma: no cover
+
+
+def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = (
+                f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
+            )
+            raise ConfigError(f"unknown key {dotted!r}{hint}")
+        values[key] = _convert(dotted, hints[key], value)
+    instance = cls(**values)
+    try:
+        instance.check()
+    except ConfigError as error:
+        message = str(error)
+        raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
+    return instance
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b=value` → (["a", "b"], YAML-parsed value)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as error:
+        raise ConfigError(f"--set {text!r}: value is not valid YAML ({error})") from None
+    return parts, value
+
+
+def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    data = _deep_copy(data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = data
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {text!r}: {part!r} is not a section")
+            node = child
+        node[parts[-1]] = value
+    return typing.cast(Config, _build(Config, data))
+
+
+def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML file (None: defaults), apply overrides, validate everything."""
+    data: Any = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"{path}: no such config file")
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML ({error})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+    return config_from_dict(data, overrides)
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data

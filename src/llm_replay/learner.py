@@ -1,0 +1,194 @@
+"""The learner: a sampled batch → per-token log-probs → policy loss → one optimizer step.
+
+Readable top to bottom. A batch (`Sample`) is split into micro-batches of rows sorted by length,
+each cut to its own longest row, so padding is not paid for; the loss of each micro-batch is
+divided by the whole batch's normaliser, so the summed gradient equals the full batch's. Log-probs
+are taken at the sampling temperature (logits / T), the same distribution the generator recorded
+as behaviour log-probs, so r = π_θ/π_behav is 1 for a rollout trained on the weights that made it.
+Losses needing a proximal policy (decoupled PPO) get one forward pass of the pre-step weights.
+Optional: KL to a frozen reference model (k3 estimator) and an entropy bonus.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from llm_replay.algorithms.losses import (
+    NEEDS_PROXIMAL,
+    LossParams,
+    aggregate,
+    normalizer,
+    policy_loss,
+)
+from llm_replay.buffer import Sample
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    loss: str = "grpo"
+    aggregation: str = "token_mean"
+    loss_params: LossParams = field(default_factory=LossParams)
+    temperature: float = 1.0
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch_size: int = 256
+    use_sampling_weights: bool = False
+    sum_norm_length: int | None = None
+
+
+def token_logprobs(
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    temperature: float,
+    *,
+    entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """log π(input_ids[t] | input_ids[<t]) at positions 1.. (position 0 gets 0). [B, T] each."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)  # [B, T-1, V]
+    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    zeros = torch.zeros_like(picked[:, :1])
+    ent = None
+    if entropy:
+        ent = torch.cat([zeros, -(logp.exp() * logp).sum(-1)], dim=1)
+    return torch.cat([zeros, picked], dim=1), ent
+
+
+class Learner:
+    def __init__(
+        self,
+        model: Any,
+        optimizer: torch.optim.Optimizer,
+        settings: LearnerSettings,
+        *,
+        reference: Any | None = None,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.settings = settings
+        self.version = 0
+        self.device = next(model.parameters()).device
+        self.reference = reference
+        if settings.kl_coef > 0 and reference is None:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def _micro_batches(self, sample: Sample) -> list[np.ndarray]:
+        lengths = sample.attention_mask.sum(1)
+        order = np.argsort(lengths, kind="stable")
+        size = self.settings.micro_batch_size
+        return [order[i : i + size] for i in range(0, len(order), size)]
+
+    def _tensors(self, sample: Sample, rows: np.ndarray) -> dict[str, Any]:
+        width = int(sample.attention_mask[rows].sum(1).max())
+        dev = self.device
+
+        def cut(array: np.ndarray) -> Tensor:
+            return torch.from_numpy(np.ascontiguousarray(array[rows, :width])).to(dev)
+
+        weights = sample.importance_weights[rows] if self.settings.use_sampling_weights else None
+        return {
+            "input_ids": cut(sample.input_ids).long(),
+            "attention_mask": cut(sample.attention_mask).long(),
+            "mask": cut(sample.loss_mask).float(),
+            "behaviour": cut(sample.behaviour_logprobs).float(),
+            "advantages": torch.from_numpy(sample.advantages[rows]).float().to(dev),
+            "weights": None if weights is None else torch.from_numpy(weights).float().to(dev),
+        }
+
+    def step(self, sample: Sample) -> dict[str, float]:
+        """One optimizer step on `sample`; returns `loss/...` and `train/...` metrics."""
+        if len(sample) == 0:
+            raise ValueError("sample: empty batch")
+        if np.isnan(sample.advantages).any():
+            raise ValueError(
+                "sample.advantages: NaN; compute advantages when the group is generated"
+            )
+        s = self.settings
+        self.model.train()
+        chunks = [self._tensors(sample, rows) for rows in self._micro_batches(sample)]
+        full_mask = torch.from_numpy(sample.loss_mask).float()
+        denominator = normalizer(s.aggregation, full_mask, s.sum_norm_length)
+        proximal = None
+        if s.loss in NEEDS_PROXIMAL:
+            with torch.no_grad():
+                proximal = [
+                    token_logprobs(self.model, c["input_ids"], c["attention_mask"], s.temperature)[
+                        0
+                    ]
+                    for c in chunks
+                ]
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        policy_sum = 0.0
+        tokens = float(full_mask.sum())
+        for i, c in enumerate(chunks):
+            logprobs, entropy = token_logprobs(
+                self.model,
+                c["input_ids"],
+                c["attention_mask"],
+                s.temperature,
+                entropy=s.entropy_coef > 0,
+            )
+            loss, parts = policy_loss(
+                s.loss,
+                logprobs,
+                c["behaviour"],
+                c["advantages"],
+                c["mask"],
+                proximal_logprobs=None if proximal is None else proximal[i],
+                weights=c["weights"],
+                aggregation=s.aggregation,
+                params=s.loss_params,
+                denominator=denominator,
+            )
+            policy_sum += float(loss.detach())
+            if self.reference is not None and s.kl_coef > 0:
+                with torch.no_grad():
+                    ref, _ = token_logprobs(
+                        self.reference, c["input_ids"], c["attention_mask"], s.temperature
+                    )
+                delta = ref - logprobs
+                k3 = torch.exp(delta) - delta - 1
+                loss = loss + s.kl_coef * aggregate(k3, c["mask"], s.aggregation, denominator)
+                parts["loss/kl_reference"] = float(
+                    (k3.detach() * c["mask"]).sum() / c["mask"].sum().clamp(min=1)
+                )
+            if entropy is not None:
+                loss = loss - s.entropy_coef * aggregate(
+                    entropy, c["mask"], s.aggregation, denominator
+                )
+                parts["loss/entropy"] = float(
+                    (entropy.detach() * c["mask"]).sum() / c["mask"].sum().clamp(min=1)
+                )
+            loss.backward()  # type: ignore[no-untyped-call]
+            share = float(c["mask"].sum()) / max(tokens, 1.0)
+            for key, value in parts.items():
+                if key.endswith("_max"):
+                    totals[key] = max(totals.get(key, value), value)
+                else:
+                    totals[key] = totals.get(key, 0.0) + share * value
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(
+            params, s.grad_clip if s.grad_clip > 0 else float("inf")
+        )
+        self.optimizer.step()
+        self.version += 1
+        totals["loss/policy"] = policy_sum
+        totals["loss/grad_norm"] = float(norm)
+        totals["train/rollouts"] = float(len(sample))
+        real = float(sample.attention_mask.sum())
+        totals["train/completion_tokens"] = tokens
+        totals["train/tokens"] = real
+        totals["train/forward_only_tokens"] = real * (
+            (proximal is not None) + (self.reference is not None and s.kl_coef > 0)
+        )
+        totals["train/padded_tokens"] = float(sum(c["input_ids"].numel() for c in chunks))
+        return totals

@@ -1,0 +1,7 @@
+"""Metrics: compute accounting, held-out evaluation, run logs."""
+
+from llm_replay.metrics.compute import ComputeMeter
+from llm_replay.metrics.evaluation import evaluate, pass_at_k
+from llm_replay.metrics.logging import MetricsLogger, read_log, truncate_log
+
+__all__ = ["ComputeMeter", "MetricsLogger", "evaluate", "pass_at_k", "read_log", "truncate_log"]

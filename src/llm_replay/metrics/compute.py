@@ -1,0 +1,99 @@
+"""Compute accounting: seconds and work per role, FLOPs, and μ — the x-axis of every curve.
+
+Roles are `generation`, `scoring` and `training` (training includes drawing batches from the
+table, so the buffer's overhead is paid where it is incurred). Evaluation is not compute spent on
+training and is not counted. FLOPs use the usual dense-transformer estimate: 2·P per token for a
+forward pass, 6·P per token for forward + backward (P = parameters; attention terms ignored, which
+undercounts long contexts). μ is generation cost per rollout generated (generation + scoring)
+divided by training cost per rollout trained on, as measured here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+ROLES = ("generation", "scoring", "training")
+COUNTS = (
+    "prompts_generated",
+    "rollouts_generated",
+    "tokens_generated",
+    "prompt_tokens",
+    "padded_generation_tokens",
+    "reward_calls",
+    "rollouts_trained",
+    "tokens_trained",
+    "forward_only_tokens",
+    "gradient_steps",
+)
+
+
+@dataclass
+class ComputeMeter:
+    parameters: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ROLES, 0.0))
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+
+    @contextmanager
+    def time(self, role: str) -> Iterator[None]:
+        if role not in self.seconds:
+            raise ValueError(f"role = {role!r}: choose one of {ROLES}")
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[role] += time.perf_counter() - start
+
+    def add(self, **counts: int) -> None:
+        for name, value in counts.items():
+            if name not in self.counts:
+                raise ValueError(f"count {name!r}: choose one of {COUNTS}")
+            self.counts[name] += int(value)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def mu(self) -> float | None:
+        """Generation + scoring seconds per rollout generated ÷ training seconds per rollout trained."""
+        c = self.counts
+        if not (c["rollouts_generated"] and c["rollouts_trained"] and self.seconds["training"]):
+            return None
+        gen = (self.seconds["generation"] + self.seconds["scoring"]) / c["rollouts_generated"]
+        return gen / (self.seconds["training"] / c["rollouts_trained"])
+
+    @property
+    def flops(self) -> dict[str, float]:
+        c, p = self.counts, float(self.parameters)
+        generation = 2 * p * (c["prompt_tokens"] + c["tokens_generated"])
+        training = 6 * p * c["tokens_trained"] + 2 * p * c["forward_only_tokens"]
+        return {"generation": generation, "training": training, "total": generation + training}
+
+    def cost(self, mu: float) -> float:
+        """Compute on a cost basis: generated tokens × μ + trained tokens × 1 (c_train = 1)."""
+        return self.counts["tokens_generated"] * mu + self.counts["tokens_trained"]
+
+    def metrics(self) -> dict[str, float]:
+        out: dict[str, float] = {f"compute/{r}_seconds": s for r, s in self.seconds.items()}
+        out["compute/seconds"] = self.total_seconds
+        out.update({f"compute/{k}": float(v) for k, v in self.counts.items()})
+        out["compute/flops"] = self.flops["total"]
+        if self.mu is not None:
+            out["compute/mu"] = self.mu
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "parameters": self.parameters,
+            "seconds": dict(self.seconds),
+            "counts": dict(self.counts),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.parameters = int(state["parameters"])
+        self.seconds = {r: float(state["seconds"][r]) for r in ROLES}
+        self.counts = {k: int(state["counts"][k]) for k in COUNTS}

@@ -1,0 +1,72 @@
+"""Held-out evaluation: greedy accuracy, pass@k with the unbiased estimator, policy entropy.
+
+pass@k = 1 − C(n−c, k)/C(n, k) per problem (Chen et al. 2021), averaged over problems, from n
+samples at the training temperature; the mean token entropy of the policy is measured on those
+same samples. Evaluation draws from its own seeded RNG so evaluating more or less often never
+changes the training run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm_replay.generation import HFGenerator, SamplingParams
+from llm_replay.tasks import Problem, SafeScorer
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem with c correct of n samples."""
+    if not 0 <= c <= n or k < 1:
+        raise ValueError(f"pass_at_k(n={n}, c={c}, k={k}): need 0 <= c <= n and k >= 1")
+    if k > n:
+        raise ValueError(f"pass_at_k: k = {k} exceeds the n = {n} samples drawn")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def evaluate(
+    generator: HFGenerator,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    problems: Sequence[Problem],
+    scorer: SafeScorer,
+    *,
+    sampling: SamplingParams,
+    pass_k: Sequence[int],
+    pass_size: int,
+    seed: int,
+    batch_rollouts: int = 512,
+) -> dict[str, float]:
+    """Greedy accuracy on all `problems`; pass@k and entropy on the first `pass_size`."""
+    threshold = scorer.task.correct_threshold
+    greedy = SamplingParams(sampling.max_new_tokens, temperature=0.0)
+    correct = []
+    for start in range(0, len(prompts), batch_rollouts):
+        out = generator.generate(prompts[start : start + batch_rollouts], 1, greedy)
+        texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
+        rewards = scorer.score(texts, problems[start : start + batch_rollouts])
+        correct.extend((rewards >= threshold).tolist())
+    metrics = {"eval/accuracy": float(np.mean(correct)), "eval/size": float(len(correct))}
+    if pass_size:
+        n = max(pass_k)
+        rng = torch.Generator().manual_seed(seed)
+        subset = list(range(min(pass_size, len(prompts))))
+        per_call = max(1, batch_rollouts // n)
+        counts, entropies = [], []
+        for start in range(0, len(subset), per_call):
+            idx = subset[start : start + per_call]
+            out = generator.generate([prompts[i] for i in idx], n, sampling, rng=rng)
+            texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
+            rewards = scorer.score(texts, [problems[i] for i in idx for _ in range(n)])
+            counts.extend((rewards.reshape(len(idx), n) >= threshold).sum(1).tolist())
+            entropies.append(out.entropies)
+        for k in pass_k:
+            metrics[f"eval/pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in counts]))
+        metrics["eval/entropy"] = float(np.concatenate(entropies).mean())
+    return metrics

@@ -1,0 +1,192 @@
+"""Replay strategies: how the fresh rollouts of one iteration become the batches trained on.
+
+Each strategy owns its table(s) and yields `Sample`s lazily, so the loop can run a gradient step
+(and advance the policy version, which ages and evicts stored rollouts) between two draws.
+
+- `on_policy`: a FIFO queue, each rollout used exactly once — the baseline.
+- `uniform`: FIFO buffer of `capacity` rollouts, uniform draws without removal; `replay_ratio`
+  y = rollouts drawn per rollout added, i.e. y·R/B gradient steps per iteration (arXiv 2604.08706).
+- `positive`: as uniform, but the buffer keeps the freshest (1−δ)N rollouts plus the freshest δN
+  correct ones; pair it with the `asymre` loss (arXiv 2604.08706).
+- `prioritized`: single rollouts with P ∝ (|A|+ε)^α frozen at birth, evicted after `max_age`
+  learner steps; each batch is every fresh rollout plus round(fresh_ratio·R) replayed ones
+  (fresh-anchored; arXiv 2606.04560).
+- `rlep`: phase I trains on-policy and collects verified successes; phase II restarts from the
+  base model and trains each group's G fresh rollouts with M replayed successes of the same prompt,
+  advantages re-standardised over all G+M (arXiv 2507.07451). The loop performs the restart.
+
+Fractional steps carry over: the strategy keeps a credit of rollouts owed to the learner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from llm_replay.buffer import FreshAnchored, ReplayTable, RLEPBlend, Sample, SuccessPool
+from llm_replay.config import Config
+from llm_replay.rollout import RolloutBatch
+
+TABLE_DIR = "table"
+POOL_DIR = "pool"
+
+
+class Strategy:
+    """Base: one table, credit-based draws of `batch_size` rollouts."""
+
+    name = "base"
+
+    def __init__(self, table: ReplayTable, *, replay_ratio: float, batch_size: int) -> None:
+        self.table = table
+        self.replay_ratio = replay_ratio
+        self.batch_size = batch_size
+        self.credit = 0.0
+
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        self.table.insert(fresh)
+        self.credit += self.replay_ratio * len(fresh)
+        while self.credit >= self.batch_size - 1e-9:
+            self.credit -= self.batch_size
+            yield self.table.sample(self.batch_size)
+
+    def set_policy_version(self, version: int) -> None:
+        self.table.set_policy_version(version)
+
+    def metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.table.stats().metrics().items()}
+
+    def state(self) -> dict[str, Any]:
+        return {"credit": self.credit}
+
+    def save(self, directory: Path) -> None:
+        self.table.save(directory / TABLE_DIR)
+        (directory / "strategy.json").write_text(json.dumps(self.state()))
+
+    def load(self, directory: Path) -> None:
+        self.table = ReplayTable.load(directory / TABLE_DIR)
+        self.credit = float(json.loads((directory / "strategy.json").read_text())["credit"])
+
+
+class OnPolicy(Strategy):
+    name = "on_policy"
+
+
+class UniformReplay(Strategy):
+    name = "uniform"
+
+
+class PositiveReplay(Strategy):
+    name = "positive"
+
+
+class PrioritizedReplay(Strategy):
+    """Fresh-anchored: one batch per iteration = fresh + round(fresh_ratio · fresh) replayed."""
+
+    name = "prioritized"
+
+    def __init__(self, table: ReplayTable, *, fresh_ratio: float) -> None:
+        super().__init__(table, replay_ratio=1.0, batch_size=1)
+        self.fresh_ratio = fresh_ratio
+
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        yield FreshAnchored(self.table, self.fresh_ratio).compose(fresh)
+
+
+class RLEP(Strategy):
+    """Phase I: on-policy + success collection. Phase II: fresh + M successes per group."""
+
+    name = "rlep"
+
+    def __init__(
+        self,
+        table: ReplayTable,
+        pool: SuccessPool,
+        *,
+        phase1_iterations: int,
+        replay_per_group: int,
+        estimator: str,
+        batch_size: int,
+    ) -> None:
+        super().__init__(table, replay_ratio=1.0, batch_size=batch_size)
+        self.pool = pool
+        self.phase1_iterations = phase1_iterations
+        self.blend = RLEPBlend(pool, replay_per_group, estimator)
+        self.iterations_seen = 0
+
+    @property
+    def phase(self) -> int:
+        return 1 if self.iterations_seen < self.phase1_iterations else 2
+
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        phase = self.phase
+        self.iterations_seen += 1
+        if phase == 1:
+            self.pool.add(fresh)
+            yield from super().batches(fresh)
+            return
+        blended = self.blend.compose(fresh)
+        sample = Sample.from_batch(blended, current_version=self.table.policy_version)
+        yield sample
+
+    def restart_due(self) -> bool:
+        """True right after the last phase-I iteration: the loop restarts from the base model."""
+        return self.phase1_iterations > 0 and self.iterations_seen == self.phase1_iterations
+
+    def metrics(self) -> dict[str, float]:
+        out = super().metrics()
+        out["rlep/phase"] = float(self.phase)
+        out["rlep/pool_rollouts"] = float(len(self.pool))
+        out["rlep/pool_prompts"] = float(self.pool.num_prompts)
+        return out
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "iterations_seen": self.iterations_seen}
+
+    def save(self, directory: Path) -> None:
+        super().save(directory)
+        self.pool.save(directory / POOL_DIR)
+
+    def load(self, directory: Path) -> None:
+        super().load(directory)
+        state = json.loads((directory / "strategy.json").read_text())
+        self.iterations_seen = int(state["iterations_seen"])
+        self.pool = SuccessPool.load(directory / POOL_DIR, min_correct=self.pool.min_correct)
+        self.blend = RLEPBlend(self.pool, self.blend.m, self.blend.estimator)
+
+
+def build_strategy(config: Config) -> Strategy:
+    """The strategy and table(s) named by `config.replay`."""
+    r, t = config.replay, config.train
+    fresh = config.generation.rollouts_per_step
+    seed = config.train.seed
+    if r.strategy in ("on_policy", "rlep"):
+        table = ReplayTable.queue(
+            fresh + t.batch_size, max_insert_batch=fresh, max_sample_batch=t.batch_size, seed=seed
+        )
+        if r.strategy == "on_policy":
+            return OnPolicy(table, replay_ratio=1.0, batch_size=t.batch_size)
+        pool = SuccessPool(r.rlep.pool_capacity, min_correct=r.rlep.min_correct, seed=seed)
+        if r.rlep.pool_path:
+            pool = SuccessPool.load(r.rlep.pool_path, min_correct=r.rlep.min_correct, seed=seed)
+        return RLEP(
+            table,
+            pool,
+            phase1_iterations=0 if r.rlep.pool_path else r.rlep.phase1_iterations,
+            replay_per_group=r.rlep.replay_per_group,
+            estimator=config.algorithm.advantage,
+            batch_size=t.batch_size,
+        )
+    if r.strategy == "uniform":
+        table = ReplayTable.uniform(r.capacity, max_age=r.max_age, seed=seed)
+        return UniformReplay(table, replay_ratio=r.replay_ratio, batch_size=t.batch_size)
+    if r.strategy == "positive":
+        table = ReplayTable.positive_biased(r.capacity, delta=r.delta, max_age=r.max_age, seed=seed)
+        return PositiveReplay(table, replay_ratio=r.replay_ratio, batch_size=t.batch_size)
+    if r.strategy == "prioritized":
+        table = ReplayTable.prioritized(
+            r.capacity, alpha=r.alpha, beta=r.beta, max_age=r.max_age, seed=seed
+        )
+        return PrioritizedReplay(table, fresh_ratio=r.fresh_ratio)
+    raise ValueError(f"replay.strategy = {r.strategy!r}")  # pragma: no cover - config validates

@@ -1,0 +1,19 @@
+"""Tasks: problems with reference answers, a train/eval split, and safely scored rewards."""
+
+from llm_replay.tasks.base import Problem, Task, TaskError, disjoint_train
+from llm_replay.tasks.dataset import DatasetTask, math_verify_reward, read_rows
+from llm_replay.tasks.reasoning_gym import ReasoningGymTask
+from llm_replay.tasks.rewards import RewardCounts, SafeScorer
+
+__all__ = [
+    "DatasetTask",
+    "Problem",
+    "ReasoningGymTask",
+    "RewardCounts",
+    "SafeScorer",
+    "Task",
+    "TaskError",
+    "disjoint_train",
+    "math_verify_reward",
+    "read_rows",
+]

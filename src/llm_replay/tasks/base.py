@@ -1,0 +1,58 @@
+"""The task seam: problems with reference answers, a train/eval split, and a reward function.
+
+A `Task` owns its data and its scoring rule; the training loop only sees `Problem`s and calls
+`score`. Rewards are floats; a rollout counts as *correct* when its reward reaches
+`correct_threshold` (1.0 for the built-in tasks), which is what success pools and positive-biased
+replay key on. Train and eval splits never share a prompt: every adapter filters the train split
+against the eval prompts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One prompt instance: the text the model sees and what a correct answer is."""
+
+    prompt: str
+    answer: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Task(Protocol):
+    """What the training loop needs from a task."""
+
+    name: str
+    correct_threshold: float
+
+    @property
+    def train(self) -> Sequence[Problem]: ...
+
+    @property
+    def eval(self) -> Sequence[Problem]: ...
+
+    def score(self, completion: str, problem: Problem) -> float:
+        """Reward of `completion` (decoded text, special tokens removed) for `problem`."""
+        ...
+
+
+class TaskError(ValueError):
+    """A task could not be built: bad parameters, an unreadable file or a malformed row."""
+
+
+def disjoint_train(
+    train: Sequence[Problem], eval_problems: Sequence[Problem]
+) -> tuple[Problem, ...]:
+    """`train` without any problem whose prompt occurs in `eval_problems`, duplicates dropped."""
+    seen = {p.prompt for p in eval_problems}
+    kept = []
+    for problem in train:
+        if problem.prompt not in seen:
+            seen.add(problem.prompt)
+            kept.append(problem)
+    return tuple(kept)

@@ -1,0 +1,155 @@
+"""Every policy loss against a hand-computed value, and the sign of its gradient."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from llm_replay.algorithms.losses import LOSSES, LossParams, aggregate, normalizer, policy_loss
+
+LOG = math.log
+
+# Two rollouts, three positions; position 0 is prompt (masked), rollout 1 has one completion token.
+MASK = torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]])
+BEHAVIOUR = torch.tensor([[0.0, LOG(0.5), LOG(0.4)], [0.0, LOG(0.5), 0.0]])
+# ratios r = π_θ/π_behav: rollout 0 → 1.5 and 1.0; rollout 1 → 0.5
+CURRENT = torch.tensor([[0.0, LOG(0.75), LOG(0.4)], [0.0, LOG(0.25), 0.0]])
+ADV = torch.tensor([1.0, -2.0])
+
+
+def run(name: str, aggregation: str = "token_mean", **params: object) -> float:
+    loss, _ = policy_loss(
+        name,
+        CURRENT.clone(),
+        BEHAVIOUR,
+        ADV,
+        MASK,
+        proximal_logprobs=BEHAVIOUR + torch.tensor([[0.0, LOG(1.25), 0.0], [0.0, 0.0, 0.0]]),
+        aggregation=aggregation,
+        params=LossParams(**params),  # type: ignore[arg-type]
+    )
+    return float(loss)
+
+
+def test_reinforce_hand_value() -> None:
+    expected = -(1.0 * LOG(0.75) + 1.0 * LOG(0.4) + -2.0 * LOG(0.25)) / 3
+    assert run("reinforce") == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_grpo_clips_symmetrically() -> None:
+    # token terms: min(1.5·1, 1.2·1) = 1.2; min(1·1, 1·1) = 1; min(0.5·-2, 0.8·-2) = -1.6
+    assert run("grpo") == pytest.approx(-(1.2 + 1.0 - 1.6) / 3, rel=1e-5, abs=1e-6)
+
+
+def test_dapo_clips_higher() -> None:
+    # ε_high = 0.28: 1.28 instead of 1.2
+    assert run("dapo") == pytest.approx(-(1.28 + 1.0 - 1.6) / 3, rel=1e-5, abs=1e-6)
+    assert run("grpo", clip_high=0.28) == pytest.approx(run("dapo"), rel=1e-9)
+
+
+def test_decoupled_ppo_hand_value() -> None:
+    # π_prox/π_behav = 1.25 at (0,1), 1 elsewhere; u = π_θ/π_prox = 1.2, 1.0, 0.5
+    # terms: 1.25·min(1.2, 1.2) = 1.5; 1·1 = 1; 1·min(0.5·-2, 0.8·-2) = -1.6
+    assert run("decoupled_ppo") == pytest.approx(-(1.5 + 1.0 - 1.6) / 3, rel=1e-5, abs=1e-6)
+    # capping w at 1.1
+    assert run("decoupled_ppo", decoupled_cap=1.1) == pytest.approx(
+        -(1.1 * 1.2 + 1.0 - 1.6) / 3, rel=1e-5, abs=1e-6
+    )
+
+
+def test_tis_truncates_at_c() -> None:
+    # w = min(r, C): C = 2 → 1.5, 1, 0.5 ; C = 1.2 → 1.2, 1, 0.5
+    lp = (LOG(0.75), LOG(0.4), LOG(0.25))
+    full = -(1.5 * lp[0] + 1.0 * lp[1] + 0.5 * -2.0 * lp[2]) / 3
+    assert run("tis") == pytest.approx(full, rel=1e-5, abs=1e-6)
+    capped = -(1.2 * lp[0] + 1.0 * lp[1] + 0.5 * -2.0 * lp[2]) / 3
+    assert run("tis", tis_cap=1.2) == pytest.approx(capped, rel=1e-5, abs=1e-6)
+
+
+def test_tis_sequence_level_uses_length_normalised_ratio() -> None:
+    # rollout 0: exp(mean(log 1.5, log 1)) = sqrt(1.5); rollout 1: 0.5
+    s = math.sqrt(1.5)
+    expected = -(s * LOG(0.75) + s * LOG(0.4) + 0.5 * -2.0 * LOG(0.25)) / 3
+    assert run("tis", level="sequence") == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_icepop_masks_outside_band() -> None:
+    # β = 1.8: band [0.556, 1.8] drops r = 0.5 (rollout 1)
+    expected = -(1.5 * LOG(0.75) + 1.0 * LOG(0.4)) / 3
+    assert run("icepop", icepop_beta=1.8) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    # β = 5 keeps everything: same as untruncated IS
+    assert run("icepop") == pytest.approx(run("tis", tis_cap=100.0), rel=1e-5, abs=1e-6)
+
+
+def test_cispo_clips_weight_not_gradient() -> None:
+    # default ε_low = 1 (no lower clip), ε_high = 0.28: weights 1.28, 1, 0.5
+    expected = -(1.28 * LOG(0.75) + 1.0 * LOG(0.4) + 0.5 * -2.0 * LOG(0.25)) / 3
+    assert run("cispo") == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_gspo_sequence_ratio() -> None:
+    # s0 = sqrt(1.5) ≈ 1.2247 → clipped to 1 + 4e-4; s1 = 0.5 → min(0.5·-2, (1-3e-4)·-2)
+    s0 = 1 + 4e-4
+    s1_term = min(0.5 * -2.0, (1 - 3e-4) * -2.0)
+    expected = -(s0 * 1.0 * 2 + s1_term) / 3
+    assert run("gspo") == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_asymre_shifts_baseline() -> None:
+    # (A − δV) with δV = −0.1: 1.1 and −1.9
+    expected = -(1.1 * LOG(0.75) + 1.1 * LOG(0.4) + -1.9 * LOG(0.25)) / 3
+    assert run("asymre") == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_aggregations_hand_values() -> None:
+    per_token = torch.tensor([[9.0, 1.0, 3.0], [9.0, 4.0, 9.0]])
+    assert float(aggregate(per_token, MASK, "token_mean")) == pytest.approx(8.0 / 3)
+    assert float(aggregate(per_token, MASK, "sequence_mean")) == pytest.approx((2.0 + 4.0) / 2)
+    assert float(aggregate(per_token, MASK, "token_sum_norm")) == pytest.approx(8.0 / 6)
+    assert normalizer("token_sum_norm", MASK, sum_norm_length=8) == 16.0
+    assert run("reinforce", "sequence_mean") == pytest.approx(
+        -((LOG(0.75) + LOG(0.4)) / 2 + -2.0 * LOG(0.25)) / 2, rel=1e-6
+    )
+
+
+def test_sampling_weights_scale_rows() -> None:
+    loss, _ = policy_loss(
+        "reinforce", CURRENT, BEHAVIOUR, ADV, MASK, weights=torch.tensor([2.0, 0.0])
+    )
+    assert float(loss) == pytest.approx(-2.0 * (LOG(0.75) + LOG(0.4)) / 3, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_gradient_raises_probability_of_positive_advantage(name: str, sign: float) -> None:
+    """At r = 1 (fresh rollout), descending the loss raises log π where A > 0, lowers it where A < 0."""
+    logprobs = torch.tensor([[0.0, LOG(0.5), LOG(0.3)]], requires_grad=True)
+    behaviour = logprobs.detach().clone()
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    adv = torch.tensor([sign])
+    loss, _ = policy_loss(name, logprobs, behaviour, adv, mask, proximal_logprobs=behaviour)
+    loss.backward()
+    assert logprobs.grad is not None
+    grad = logprobs.grad[0, 1:]
+    # asymre adds -δV = +0.1 to A, so for A = -1 the shifted advantage is still negative
+    assert torch.all(torch.sign(-grad) == sign), (name, grad)
+
+
+def test_unknown_loss_and_aggregation_are_named() -> None:
+    with pytest.raises(ValueError, match="loss = 'nope'"):
+        policy_loss("nope", CURRENT, BEHAVIOUR, ADV, MASK)
+    with pytest.raises(ValueError, match="aggregation = 'sum'"):
+        policy_loss("grpo", CURRENT, BEHAVIOUR, ADV, MASK, aggregation="sum")
+    with pytest.raises(ValueError, match="needs proximal_logprobs"):
+        policy_loss("decoupled_ppo", CURRENT, BEHAVIOUR, ADV, MASK)
+    with pytest.raises(ValueError, match="level"):
+        LossParams(level="rollout")
+
+
+def test_metrics_report_ratio_and_clip_fraction() -> None:
+    _, metrics = policy_loss("grpo", CURRENT, BEHAVIOUR, ADV, MASK)
+    assert metrics["loss/ratio"] == pytest.approx((1.5 + 1.0 + 0.5) / 3, rel=1e-5, abs=1e-6)
+    assert metrics["loss/ratio_max"] == pytest.approx(1.5, rel=1e-5, abs=1e-6)
+    assert metrics["loss/clip_fraction"] == pytest.approx(2 / 3)

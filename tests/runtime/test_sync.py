@@ -1,0 +1,155 @@
+"""The synchronous loop end to end on the shipped tiny model, at tiny budgets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llm_replay.config import load_config
+from llm_replay.metrics import read_log
+from llm_replay.runtime import SyncTrainer
+
+ROOT = Path(__file__).resolve().parents[2]
+PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
+TINY = [
+    "generation.prompts_per_step=4",
+    "generation.group_size=4",
+    "train.batch_size=16",
+    "train.micro_batch_size=8",
+    "eval.size=16",
+    "eval.pass_size=4",
+    "eval.pass_k=[1,2]",
+    "eval.every=2",
+    "task.train_size=400",
+    "task.eval_size=16",
+    "replay.capacity=64",
+    "replay.rlep.phase1_iterations=2",
+    "log.tensorboard=false",
+]
+DETERMINISTIC = (
+    "loss/policy",
+    "loss/grad_norm",
+    "reward/mean",
+    "train/tokens",
+    "eval/accuracy",
+    "eval/pass@2",
+)
+
+
+def tiny_config(path: Path | None, run_dir: Path, *extra: str):  # type: ignore[no-untyped-def]
+    return load_config(path, [*TINY, f"log.run_dir={run_dir}", *extra])
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
+def test_every_preset_runs_end_to_end(preset: Path, tmp_path: Path) -> None:
+    config = tiny_config(preset, tmp_path / "run", "train.iterations=4")
+    summary = SyncTrainer(config).run()
+    assert summary["iterations"] == 4 and summary["steps"] >= 4
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for key in ("base_accuracy", "final_accuracy", "steps", "compute_seconds", "mu"):
+        assert key in on_disk
+    assert set(on_disk["compute_seconds"]) == {"total", "generation", "scoring", "training"}
+    assert on_disk["compute_seconds"]["total"] > 0 and on_disk["mu"] > 0
+    records = read_log(tmp_path / "run")
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["iteration"] for r in train] == [1, 2, 3, 4]
+    assert all(r["compute/seconds"] > 0 for r in train)
+    assert (tmp_path / "run" / "checkpoint" / "DONE").is_file()
+
+
+def test_replay_reuses_rollouts_and_on_policy_does_not(tmp_path: Path) -> None:
+    uniform = SyncTrainer(
+        tiny_config(ROOT / "configs/replay_uniform.yaml", tmp_path / "u", "train.iterations=3")
+    )
+    uniform.run()
+    log = [r for r in read_log(tmp_path / "u") if r["kind"] == "train"]
+    # y = 2, R = 16, B = 16: two steps per iteration, and later iterations replay old rollouts
+    assert [r["train/steps_this_iteration"] for r in log] == [2.0, 2.0, 2.0]
+    assert log[-1]["train/replayed_fraction"] > 0 and log[-1]["train/age_max"] >= 1
+    on_policy = SyncTrainer(
+        tiny_config(ROOT / "configs/on_policy.yaml", tmp_path / "o", "train.iterations=3")
+    )
+    on_policy.run()
+    log = [r for r in read_log(tmp_path / "o") if r["kind"] == "train"]
+    assert all(r["train/replayed_fraction"] == 0 and r["train/age_max"] == 0 for r in log)
+    assert (
+        on_policy.meter.counts["rollouts_trained"] == on_policy.meter.counts["rollouts_generated"]
+    )
+
+
+def test_rlep_restarts_from_base_and_blends_successes(tmp_path: Path) -> None:
+    config = tiny_config(
+        ROOT / "configs/rlep.yaml",
+        tmp_path / "r",
+        "train.iterations=4",
+        "replay.rlep.min_correct=1",
+        "generation.prompts_per_step=8",
+    )
+    trainer = SyncTrainer(config)
+    trainer.run()
+    log = [r for r in read_log(tmp_path / "r") if r["kind"] == "train"]
+    assert [r["rlep/phase"] for r in log] == [1.0, 2.0, 2.0, 2.0]
+    assert log[-1]["rlep/pool_rollouts"] > 0
+
+
+def _train_metrics(run_dir: Path) -> list[dict[str, float]]:
+    return [
+        {k: r[k] for k in DETERMINISTIC if k in r} | {"iteration": r["iteration"]}
+        for r in read_log(run_dir)
+    ]
+
+
+def test_same_seed_same_run(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        SyncTrainer(
+            tiny_config(ROOT / "configs/replay_uniform.yaml", tmp_path / name, "train.iterations=3")
+        ).run()
+    assert _train_metrics(tmp_path / "a") == _train_metrics(tmp_path / "b")
+
+
+@pytest.mark.parametrize("preset", ["replay_uniform", "replay_prioritized"])
+def test_resume_matches_uninterrupted_run(preset: str, tmp_path: Path) -> None:
+    path = ROOT / "configs" / f"{preset}.yaml"
+    SyncTrainer(tiny_config(path, tmp_path / "full", "train.iterations=6")).run()
+
+    class Interrupt(Exception):
+        pass
+
+    def stop_after_three(trainer: SyncTrainer, record: dict[str, object]) -> None:
+        if trainer.iteration == 3:
+            trainer.save_checkpoint()
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        SyncTrainer(tiny_config(path, tmp_path / "cut", "train.iterations=6")).run(
+            on_iteration=stop_after_three
+        )
+    # records the interrupted process wrote after its checkpoint must not survive the resume
+    SyncTrainer(tiny_config(path, tmp_path / "cut", "train.iterations=6")).run(resume=True)
+    assert _train_metrics(tmp_path / "cut") == _train_metrics(tmp_path / "full")
+    full = json.loads((tmp_path / "full" / "summary.json").read_text())
+    cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
+    assert cut["counts"] == full["counts"] and cut["final_accuracy"] == full["final_accuracy"]
+
+
+def test_keyboard_interrupt_saves_a_resumable_checkpoint(tmp_path: Path) -> None:
+    def ctrl_c(trainer: SyncTrainer, record: dict[str, object]) -> None:
+        if trainer.iteration == 2:
+            raise KeyboardInterrupt
+
+    config = tiny_config(ROOT / "configs/on_policy.yaml", tmp_path / "r", "train.iterations=3")
+    with pytest.raises(KeyboardInterrupt):
+        SyncTrainer(config).run(on_iteration=ctrl_c)
+    state = json.loads((tmp_path / "r" / "checkpoint" / "state.json").read_text())
+    assert state["iteration"] == 2
+    summary = SyncTrainer(config).run(resume=True)
+    assert summary["iterations"] == 3
+
+
+def test_compute_budget_stops_the_run(tmp_path: Path) -> None:
+    config = tiny_config(None, tmp_path / "r", "train.iterations=1000", "train.compute_seconds=0.5")
+    summary = SyncTrainer(config).run()
+    assert summary["iterations"] < 1000
+    assert summary["compute_seconds"]["total"] >= 0.5

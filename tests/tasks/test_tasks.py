@@ -1,0 +1,144 @@
+"""Tasks: disjoint splits, prompt templates, dataset rows with line numbers, safe scoring."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from llm_replay.tasks import (
+    DatasetTask,
+    Problem,
+    ReasoningGymTask,
+    SafeScorer,
+    TaskError,
+    math_verify_reward,
+)
+from llm_replay.tasks.builtin import chain_sum_task
+
+
+def test_chain_sum_splits_are_disjoint_and_compact() -> None:
+    task = chain_sum_task(train_size=3000, eval_size=300)
+    train_prompts = {p.prompt for p in task.train}
+    assert not train_prompts & {p.prompt for p in task.eval}
+    assert len(train_prompts) == len(task.train)  # duplicates dropped too
+    assert all(" " not in p.prompt and p.prompt.endswith("=") for p in task.eval)
+    problem = task.eval[0]
+    assert task.score(problem.answer, problem) == 1.0
+    assert task.score(problem.answer + "1", problem) < 1.0
+    assert task.score("", problem) == 0.0
+
+
+def test_reasoning_gym_errors_name_the_problem() -> None:
+    with pytest.raises(TaskError, match="unknown field"):
+        ReasoningGymTask("chain_sum", train_size=10, eval_size=5, prompt_template="{nope}=")
+    with pytest.raises(TaskError, match="no_such_dataset"):
+        ReasoningGymTask("no_such_dataset", train_size=10, eval_size=5)
+
+
+def test_other_reasoning_gym_datasets_load() -> None:
+    for name in ("basic_arithmetic", "leg_counting"):
+        task = ReasoningGymTask(name, train_size=50, eval_size=10)
+        assert task.train and task.eval
+        assert task.score(task.eval[0].answer, task.eval[0]) == 1.0
+
+
+def write_jsonl(path: Path, rows: list[object]) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_dataset_with_math_verify(tmp_path: Path) -> None:
+    rows = [{"prompt": f"What is {i}/2?", "answer": f"\\frac{{{i}}}{{2}}"} for i in range(1, 21)]
+    task = DatasetTask(write_jsonl(tmp_path / "d.jsonl", rows), eval_fraction=0.25, seed=3)
+    assert len(task.eval) == 5 and len(task.train) == 15
+    assert not {p.prompt for p in task.train} & {p.prompt for p in task.eval}
+    problem = next(p for p in task.eval)
+    value = int(problem.prompt.split()[2].split("/")[0]) / 2
+    assert task.score(f"The answer is {value}", problem) == 1.0
+    assert task.score("The answer is 1234", problem) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("row", "match"),
+    [
+        ("{not json", r"d\.jsonl:3: not valid JSON"),
+        ({"prompt": "x"}, r"d\.jsonl:3: field 'answer' = None"),
+        ({"prompt": "", "answer": "1"}, r"d\.jsonl:3: field 'prompt' = ''"),
+        ([1, 2], r"d\.jsonl:3: expected an object"),
+    ],
+)
+def test_bad_jsonl_row_is_reported_with_its_line(tmp_path: Path, row: object, match: str) -> None:
+    good = {"prompt": "1+1", "answer": "2"}
+    path = write_jsonl(tmp_path / "d.jsonl", [good, good, row])
+    with pytest.raises(TaskError, match=match):
+        DatasetTask(path)
+
+
+def test_parquet_dataset_and_bad_row(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {"question": [f"{i}+1" for i in range(10)], "solution": [str(i + 1) for i in range(10)]}
+    )
+    pq.write_table(table, tmp_path / "d.parquet")
+    task = DatasetTask(tmp_path / "d.parquet", prompt_field="question", answer_field="solution")
+    assert len(task.train) + len(task.eval) == 10
+    bad = pa.table({"prompt": ["a", None], "answer": ["1", "2"]})
+    pq.write_table(bad, tmp_path / "bad.parquet")
+    with pytest.raises(TaskError, match=r"bad\.parquet row 1: field 'prompt'"):
+        DatasetTask(tmp_path / "bad.parquet")
+
+
+def test_missing_and_unsupported_files(tmp_path: Path) -> None:
+    with pytest.raises(TaskError, match="no such dataset file"):
+        DatasetTask(tmp_path / "missing.jsonl")
+    (tmp_path / "d.csv").write_text("prompt,answer\n")
+    with pytest.raises(TaskError, match="unsupported dataset format"):
+        DatasetTask(tmp_path / "d.csv")
+
+
+def test_math_verify_reward_equivalences() -> None:
+    assert math_verify_reward("so x = 0.5", "$\\frac{1}{2}$") == 1.0
+    assert math_verify_reward("no number here", "3") == 0.0
+
+
+class FlakyTask:
+    """Scores '1' as 1.0, raises on 'boom', hangs on 'hang'."""
+
+    name = "flaky"
+    correct_threshold = 1.0
+    train = eval = (Problem("q", "1"),)
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def score(self, completion: str, problem: Problem) -> float:
+        if completion == "boom":
+            raise RuntimeError("reward crashed")
+        if completion == "hang":
+            self.release.wait(30)
+        if completion == "nan":
+            return float("nan")
+        return 1.0 if completion == problem.answer else 0.0
+
+
+def test_crashing_and_hanging_rewards_are_survived_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    task = FlakyTask()
+    scorer = SafeScorer(task, timeout_s=0.3, failure_reward=-1.0, workers=2)
+    problems = [task.train[0]] * 5
+    try:
+        rewards = scorer.score(["1", "boom", "hang", "0", "nan"], problems)
+        assert rewards.tolist() == [1.0, -1.0, -1.0, 0.0, -1.0]
+        assert (scorer.counts.errors, scorer.counts.timeouts, scorer.counts.calls) == (2, 1, 5)
+        assert "reward crashed" in caplog.text
+        # the hung thread is abandoned; scoring goes on with a fresh pool
+        assert scorer.score(["1", "1"], problems[:2]).tolist() == [1.0, 1.0]
+    finally:
+        task.release.set()
+        scorer.close()

@@ -1,0 +1,110 @@
+"""The CLI: user errors are one clean line with exit status 2; train and eval run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm_replay.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "--set", "generation.prompts_per_step=4", "--set", "generation.group_size=2",
+    "--set", "eval.size=8", "--set", "eval.pass_size=2", "--set", "eval.pass_k=[1,2]",
+    "--set", "task.train_size=200", "--set", "task.eval_size=8", "--set", "train.batch_size=8",
+    "--set", "log.tensorboard=false",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "configs/on_policy.yaml", "--set", "optim.lr=-1"], "optim.lr = -1.0: must be"),
+        (["train", "configs/nope.yaml"], "no such config file"),
+        (
+            ["train", "configs/on_policy.yaml", "--set", "model.path=/no/such/model"],
+            "model.path = '/no/such/model'",
+        ),
+        (
+            [
+                "train",
+                "configs/on_policy.yaml",
+                "--set",
+                "task.kind=dataset",
+                "--set",
+                "task.path=/no/d.jsonl",
+            ],
+            "no such dataset file",
+        ),
+    ],
+)
+def test_user_errors_are_one_line(
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert message in out.replace("\n", " ") and "Traceback" not in out
+
+
+def test_bad_dataset_row_reports_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "1+1=", "answer": "2"}\n{"prompt": "2+2="}\n')
+    monkeypatch.chdir(ROOT)
+    code = main(
+        [
+            "train",
+            "configs/on_policy.yaml",
+            "--set",
+            "task.kind=dataset",
+            "--set",
+            f"task.path={data}",
+        ]
+    )
+    assert code == 2
+    assert "d.jsonl:2: field 'answer'" in capsys.readouterr().out.replace("\n", "")
+
+
+def test_train_then_eval_from_the_command_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    base = [sys.executable, "-m", "llm_replay.cli"]
+    common = [*TINY, "--set", f"log.run_dir={run_dir}"]
+    train = subprocess.run(
+        [*base, "train", "configs/replay_uniform.yaml", *common, "--set", "train.iterations=2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert train.returncode == 0, train.stdout + train.stderr
+    assert "final acc" in train.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["iterations"] == 2
+    out = tmp_path / "eval.json"
+    ev = subprocess.run(
+        [
+            *base,
+            "eval",
+            "configs/replay_uniform.yaml",
+            *common,
+            "--checkpoint",
+            str(run_dir),
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ev.returncode == 0, ev.stdout + ev.stderr
+    assert json.loads(out.read_text())["eval/accuracy"] == pytest.approx(summary["final_accuracy"])

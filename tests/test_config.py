@@ -1,0 +1,77 @@
+"""Configs: every preset loads; bad keys and values fail with their dotted name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llm_replay.config import Config, ConfigError, config_from_dict, load_config
+
+PRESETS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+
+
+def test_presets_exist_for_every_strategy() -> None:
+    names = {p.stem for p in PRESETS}
+    assert {"on_policy", "replay_uniform", "replay_positive", "replay_prioritized", "rlep"} <= names
+
+
+@pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
+def test_preset_loads(path: Path) -> None:
+    config = load_config(path)
+    assert config.name == path.stem
+    assert config.run_dir == Path("runs") / path.stem
+
+
+def test_defaults_and_overrides() -> None:
+    config = load_config(None, ["optim.lr=1e-4", "eval.pass_k=[1, 4]", "replay.rlep.min_correct=3"])
+    assert config.optim.lr == pytest.approx(1e-4)
+    assert config.eval.pass_k == [1, 4] and config.eval.pass_samples == 4
+    assert config.replay.rlep.min_correct == 3
+    assert isinstance(Config().generation.rollouts_per_step, int)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["replay.capcity=5"], "unknown key 'replay.capcity'; did you mean 'replay.capacity'"),
+        (["replay.capacity=-1"], r"replay\.capacity = -1: must be finite and > 0"),
+        (["optim.lr=fast"], r"optim\.lr = 'fast': expected a number"),
+        (["replay.strategy=lifo"], r"replay\.strategy = 'lifo': choose one of"),
+        (["generation.group_size=1"], r"generation\.group_size = 1: must be >= 2"),
+        (["generation.top_p=1.5"], r"generation\.top_p = 1\.5"),
+        (
+            ["algorithm.loss=asymre"],
+            r"algorithm\.advantage = 'grpo': loss 'asymre' needs 'dr_grpo'",
+        ),
+        (["eval.pass_k=[0]"], r"eval\.pass_k = \[0\]"),
+        (["train.iterations=2.5"], r"train\.iterations = 2\.5: expected an integer"),
+        (["log.tensorboard=maybe"], r"log\.tensorboard = 'maybe': expected true or false"),
+        (["task.kind=dataset"], r"task\.path = None: kind 'dataset' needs"),
+        (["model=3"], r"model = 3: expected a mapping"),
+        (["noequals"], "expected dotted.key=value"),
+        (
+            ["replay.replay_ratio=2"],
+            r"replay\.replay_ratio = 2\.0: on_policy uses each rollout once",
+        ),
+    ],
+)
+def test_bad_values_name_the_dotted_key(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def test_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_config(tmp_path / "list.yaml")
+    (tmp_path / "broken.yaml").write_text("a: [1,\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(tmp_path / "broken.yaml")
+
+
+def test_round_trip_through_dict() -> None:
+    config = load_config(PRESETS[0])
+    assert config_from_dict(config.to_dict()) == config
