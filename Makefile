@@ -17,8 +17,8 @@ demo: $(STAMP)
 	$(VENV)/bin/llm-replay demo --out runs/demo
 
 lint: $(STAMP)
-	$(PY) -m ruff check src tests benchmarks examples
-	$(PY) -m ruff format --check src tests benchmarks examples
+	$(PY) -m ruff check src tests benchmarks examples scripts
+	$(PY) -m ruff format --check src tests benchmarks examples scripts
 	$(PY) -m mypy
 
 test: lint
@@ -31,8 +31,8 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/buffer.py --quick
 
 format: $(STAMP)
-	$(PY) -m ruff format src tests benchmarks examples
-	$(PY) -m ruff check --fix src tests benchmarks examples
+	$(PY) -m ruff format src tests benchmarks examples scripts
+	$(PY) -m ruff check --fix src tests benchmarks examples scripts
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("transformers", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         return int(args.func(args))
     except USER_ERRORS as error:

@@ -330,10 +330,10 @@ class SyncTrainer:
         )
         logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
         every, ckpt = self.config.eval.every, self.config.log.checkpoint_every
+        at_boundary = True
         try:
             if not self.evals:
                 self._eval_record(logger)
-            at_boundary = True
             while not self._done():
                 at_boundary = False
                 record = self.train_iteration()
@@ -352,6 +352,8 @@ class SyncTrainer:
                     self.save_checkpoint()
                 if on_iteration is not None:
                     on_iteration(self, record)
+            if self.evals[-1]["iteration"] != self.iteration:
+                self._eval_record(logger)
         except KeyboardInterrupt:
             if at_boundary:
                 self.save_checkpoint()
@@ -363,10 +365,6 @@ class SyncTrainer:
         finally:
             logger.close()
             self.scorer.close()
-        if self.evals[-1]["iteration"] != self.iteration:
-            logger = MetricsLogger(self.run_dir, tensorboard=False)
-            self._eval_record(logger)
-            logger.close()
         self.save_checkpoint()
         summary = self.summary()
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
