@@ -108,3 +108,14 @@ def test_train_then_eval_from_the_command_line(tmp_path: Path) -> None:
     )
     assert ev.returncode == 0, ev.stdout + ev.stderr
     assert json.loads(out.read_text())["eval/accuracy"] == pytest.approx(summary["final_accuracy"])
+
+
+def test_demo_quick_writes_table_plot_and_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
+    figures = json.loads((tmp_path / "demo.json").read_text())
+    assert set(figures["runs"]) == {"replay", "on-policy"}
+    assert figures["runs"]["on-policy"]["compute_to_on_policy_final"] is not None
+    assert (tmp_path / "accuracy_vs_compute.png").stat().st_size > 10_000

@@ -32,23 +32,30 @@ def compute_to_reach(run_dir: Path, target: float) -> float | None:
 
 
 def plot_accuracy_vs_compute(
-    runs: Sequence[tuple[str, Path]], output: Path, *, title: str = "Held-out accuracy vs compute"
+    runs: Sequence[tuple[str, Path]], output: Path, *, title: str = "Held-out accuracy"
 ) -> Path:
-    """One line per (label, run_dir); x = generation + scoring + training seconds."""
+    """Two panels, one line per (label, run_dir): accuracy vs measured compute and vs steps."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig, (by_compute, by_steps) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120, sharey=True)
     for label, run_dir in runs:
-        seconds, accuracy, _ = accuracy_curve(run_dir)
-        ax.plot(seconds, [100 * a for a in accuracy], marker="o", markersize=3, label=label)
-    ax.set_xlabel("compute (s): generation + scoring + training, measured")
-    ax.set_ylabel("held-out greedy accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+        seconds, accuracy, steps = accuracy_curve(run_dir)
+        percent = [100 * a for a in accuracy]
+        (line,) = by_compute.plot(seconds, percent, marker="o", markersize=3, label=label)
+        by_steps.plot(steps, percent, marker="o", markersize=3, color=line.get_color(), label=label)
+    if runs:
+        base = 100 * accuracy_curve(runs[0][1])[1][0]
+        for ax in (by_compute, by_steps):
+            ax.axhline(base, color="grey", linestyle="--", linewidth=1, label="base model")
+            ax.grid(alpha=0.3)
+    by_compute.set_xlabel("compute (s): generation + scoring + training, measured")
+    by_compute.set_ylabel("held-out greedy accuracy (%)")
+    by_steps.set_xlabel("gradient steps")
+    by_compute.legend(loc="lower right")
+    fig.suptitle(title)
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output)

@@ -68,6 +68,7 @@ def test_replay_reuses_rollouts_and_on_policy_does_not(tmp_path: Path) -> None:
     # y = 2, R = 16, B = 16: two steps per iteration, and later iterations replay old rollouts
     assert [r["train/steps_this_iteration"] for r in log] == [2.0, 2.0, 2.0]
     assert log[-1]["train/replayed_fraction"] > 0 and log[-1]["train/age_max"] >= 1
+    assert log[-1]["buffer/stored_reuse_mean"] > 0 and log[-1]["buffer/samples_per_insert"] == 2.0
     on_policy = SyncTrainer(
         tiny_config(ROOT / "configs/on_policy.yaml", tmp_path / "o", "train.iterations=3")
     )
@@ -153,3 +154,9 @@ def test_compute_budget_stops_the_run(tmp_path: Path) -> None:
     summary = SyncTrainer(config).run()
     assert summary["iterations"] < 1000
     assert summary["compute_seconds"]["total"] >= 0.5
+
+
+def test_tensorboard_events_are_written(tmp_path: Path) -> None:
+    config = tiny_config(None, tmp_path / "r", "train.iterations=1", "log.tensorboard=true")
+    SyncTrainer(config).run()
+    assert list((tmp_path / "r" / "tensorboard").glob("events.out.tfevents.*"))

@@ -59,6 +59,10 @@ class TableStats:
             f"{prefix}/sampled_age_mean": self.sampled_age_mean,
             f"{prefix}/sampled_age_max": float(self.sampled_age_max),
         }
+        reuse = np.asarray(self.reuse_histogram)
+        times = np.arange(len(reuse))
+        out[f"{prefix}/stored_reuse_mean"] = float((reuse * times).sum() / max(1, reuse.sum()))
+        out[f"{prefix}/stored_never_sampled"] = float(reuse[0] / max(1, reuse.sum()))
         for reason, count in self.evictions.items():
             out[f"{prefix}/evicted_{reason}"] = float(count)
         return out
