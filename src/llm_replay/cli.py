@@ -30,7 +30,7 @@ console = Console()
 def _progress() -> Progress:
     return Progress(
         TextColumn("[bold]{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=24),
         MofNCompleteColumn(),
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),

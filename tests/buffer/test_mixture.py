@@ -74,3 +74,17 @@ def test_pool_survives_checkpoint(tmp_path, rng: np.random.Generator) -> None:  
     prompt = batch.prompt_ids[: batch.prompt_lengths[0]]
     got = restored.draw(prompt, 2)
     assert got is not None and len(got) == 2
+
+
+def test_pool_draws_repeat_after_restoring_rng_state(tmp_path, rng: np.random.Generator) -> None:  # type: ignore[no-untyped-def]
+    pool = SuccessPool(100, min_correct=1, seed=5)
+    batch = make_batch(rng, 16, group_size=8, correct_rate=1.0)
+    pool.add(batch)
+    prompt = batch.prompt_ids[: batch.prompt_lengths[0]]
+    pool.draw(prompt, 2)
+    restored = SuccessPool.load(pool.save(tmp_path / "pool"), min_correct=1, seed=99)
+    restored.set_rng_state(pool.rng_state())
+    for _ in range(3):
+        a, b = pool.draw(prompt, 2), restored.draw(prompt, 2)
+        assert a is not None and b is not None
+        assert np.array_equal(a.completion_ids, b.completion_ids)

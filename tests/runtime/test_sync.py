@@ -26,6 +26,7 @@ TINY = [
     "task.eval_size=16",
     "replay.capacity=64",
     "replay.rlep.phase1_iterations=2",
+    "replay.rlep.min_correct=1",
     "log.tensorboard=false",
 ]
 DETERMINISTIC = (
@@ -85,14 +86,17 @@ def test_rlep_restarts_from_base_and_blends_successes(tmp_path: Path) -> None:
         ROOT / "configs/rlep.yaml",
         tmp_path / "r",
         "train.iterations=4",
-        "replay.rlep.min_correct=1",
         "generation.prompts_per_step=8",
+        "task.train_size=16",  # an epoch is two iterations: phase II revisits phase I's prompts
     )
     trainer = SyncTrainer(config)
     trainer.run()
     log = [r for r in read_log(tmp_path / "r") if r["kind"] == "train"]
-    assert [r["rlep/phase"] for r in log] == [1.0, 2.0, 2.0, 2.0]
+    assert [r["rlep/phase"] for r in log] == [1.0, 1.0, 2.0, 2.0]
     assert log[-1]["rlep/pool_rollouts"] > 0
+    assert [r["rlep/replayed_in_batch"] > 0 for r in log] == [False, False, True, True]
+    # phase II batches hold the fresh G plus up to M = 2 successes per group
+    assert all(r["train/rollouts"] > 32 for r in log[2:])
 
 
 def _train_metrics(run_dir: Path) -> list[dict[str, float]]:
@@ -110,7 +114,7 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
     assert _train_metrics(tmp_path / "a") == _train_metrics(tmp_path / "b")
 
 
-@pytest.mark.parametrize("preset", ["replay_uniform", "replay_prioritized"])
+@pytest.mark.parametrize("preset", ["replay_uniform", "replay_prioritized", "rlep"])
 def test_resume_matches_uninterrupted_run(preset: str, tmp_path: Path) -> None:
     path = ROOT / "configs" / f"{preset}.yaml"
     SyncTrainer(tiny_config(path, tmp_path / "full", "train.iterations=6")).run()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -103,6 +104,13 @@ class SuccessPool:
         for i, k in enumerate(keys.tolist()):
             prompt = batch.prompt_ids[offsets[i] : offsets[i + 1]]
             self._index.setdefault(prompt_key(prompt), []).append(k)
+
+    def rng_state(self) -> dict[str, Any]:
+        """The draw RNG's state (JSON-serialisable); the table checkpoint holds everything else."""
+        return dict(self._rng.bit_generator.state)
+
+    def set_rng_state(self, state: dict[str, Any]) -> None:
+        self._rng.bit_generator.state = state
 
     def save(self, path: str | Path) -> Path:
         return self.table.save(path)

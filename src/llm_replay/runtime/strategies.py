@@ -114,21 +114,23 @@ class RLEP(Strategy):
         self.phase1_iterations = phase1_iterations
         self.blend = RLEPBlend(pool, replay_per_group, estimator)
         self.iterations_seen = 0
+        self.replayed_last = 0
+        self.phase_last = 1
 
     @property
     def phase(self) -> int:
         return 1 if self.iterations_seen < self.phase1_iterations else 2
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
-        phase = self.phase
+        phase = self.phase_last = self.phase
         self.iterations_seen += 1
         if phase == 1:
             self.pool.add(fresh)
             yield from super().batches(fresh)
             return
         blended = self.blend.compose(fresh)
-        sample = Sample.from_batch(blended, current_version=self.table.policy_version)
-        yield sample
+        self.replayed_last = int((self.blend.last_sources == 1).sum())
+        yield Sample.from_batch(blended, current_version=self.table.policy_version)
 
     def restart_due(self) -> bool:
         """True right after the last phase-I iteration: the loop restarts from the base model."""
@@ -136,13 +138,18 @@ class RLEP(Strategy):
 
     def metrics(self) -> dict[str, float]:
         out = super().metrics()
-        out["rlep/phase"] = float(self.phase)
+        out["rlep/phase"] = float(self.phase_last)
         out["rlep/pool_rollouts"] = float(len(self.pool))
         out["rlep/pool_prompts"] = float(self.pool.num_prompts)
+        out["rlep/replayed_in_batch"] = float(self.replayed_last)
         return out
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), "iterations_seen": self.iterations_seen}
+        return {
+            **super().state(),
+            "iterations_seen": self.iterations_seen,
+            "pool_rng": self.pool.rng_state(),
+        }
 
     def save(self, directory: Path) -> None:
         super().save(directory)
@@ -153,6 +160,7 @@ class RLEP(Strategy):
         state = json.loads((directory / "strategy.json").read_text())
         self.iterations_seen = int(state["iterations_seen"])
         self.pool = SuccessPool.load(directory / POOL_DIR, min_correct=self.pool.min_correct)
+        self.pool.set_rng_state(state["pool_rng"])
         self.blend = RLEPBlend(self.pool, self.blend.m, self.blend.estimator)
 
 

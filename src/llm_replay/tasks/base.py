@@ -56,3 +56,20 @@ def disjoint_train(
             seen.add(problem.prompt)
             kept.append(problem)
     return tuple(kept)
+
+
+class SplitTask:
+    """Shared storage of a task's two splits; subclasses fill `_train` / `_eval` and `score`."""
+
+    name: str
+    correct_threshold: float
+    _train: tuple[Problem, ...]
+    _eval: tuple[Problem, ...]
+
+    @property
+    def train(self) -> Sequence[Problem]:
+        return self._train
+
+    @property
+    def eval(self) -> Sequence[Problem]:
+        return self._eval

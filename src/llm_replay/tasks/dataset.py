@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
 from pathlib import Path
 
-from llm_replay.tasks.base import Problem, TaskError, disjoint_train
+from llm_replay.tasks.base import Problem, SplitTask, TaskError, disjoint_train
 
 
 def read_rows(
@@ -83,7 +82,7 @@ def math_verify_reward(completion: str, answer: str) -> float:
     return 1.0 if verify(gold, guess, timeout_seconds=None) else 0.0
 
 
-class DatasetTask:
+class DatasetTask(SplitTask):
     """Prompt/answer rows from files; reward from math-verify."""
 
     def __init__(
@@ -114,14 +113,6 @@ class DatasetTask:
         self._train = disjoint_train(rows, self._eval)
         if not self._train:
             raise TaskError(f"{path}: no train rows left after removing eval prompts")
-
-    @property
-    def train(self) -> Sequence[Problem]:
-        return self._train
-
-    @property
-    def eval(self) -> Sequence[Problem]:
-        return self._eval
 
     def score(self, completion: str, problem: Problem) -> float:
         return math_verify_reward(completion, problem.answer)

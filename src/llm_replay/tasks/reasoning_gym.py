@@ -10,13 +10,13 @@ and metadata fields, so a tiny character-level model can see `98+93-77=` instead
 from __future__ import annotations
 
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from llm_replay.tasks.base import Problem, TaskError, disjoint_train
+from llm_replay.tasks.base import Problem, SplitTask, TaskError, disjoint_train
 
 
-class ReasoningGymTask:
+class ReasoningGymTask(SplitTask):
     """A reasoning-gym dataset, e.g. `chain_sum`, `basic_arithmetic`, `leg_counting`."""
 
     def __init__(
@@ -73,14 +73,6 @@ class ReasoningGymTask:
         if self._strip:
             prompt = prompt.replace(" ", "")
         return Problem(prompt, str(entry["answer"]), {"entry": dict(entry)})
-
-    @property
-    def train(self) -> Sequence[Problem]:
-        return self._train
-
-    @property
-    def eval(self) -> Sequence[Problem]:
-        return self._eval
 
     def score(self, completion: str, problem: Problem) -> float:
         return float(self._scorer.score_answer(completion.strip(), problem.metadata["entry"]))
