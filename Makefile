@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: demo test lint bench bench-quick format clean
+.PHONY: demo test lint bench bench-quick experiment experiment-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,12 @@ lint: $(STAMP)
 
 test: lint
 	$(PY) -m pytest -q
+
+experiment: $(STAMP)
+	$(VENV)/bin/llm-replay compare configs/experiment.yaml
+
+experiment-quick: $(STAMP)
+	$(VENV)/bin/llm-replay compare configs/experiment.yaml --quick
 
 bench: $(STAMP)
 	$(PY) benchmarks/buffer.py --json docs/bench_buffer.json

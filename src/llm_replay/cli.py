@@ -128,6 +128,53 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_comparison(summary: dict[str, Any]) -> None:
+    bases = summary["experiment"]["bases"]
+    table = Table(
+        title=f"{summary['experiment']['name']}: compute to reach the baseline's final accuracy "
+        f"({100 * summary['target_accuracy']:.1f}%), ÷ baseline"
+    )
+    table.add_column("method")
+    for column in ("final acc", "pass@8", "μ", "age", *bases):
+        table.add_column(column, justify="right")
+    for name, m in summary["methods"].items():
+        ratios = m["compute_to_target_ratio"]
+        pass8 = m.get("pass@8", {}).get("median")
+        table.add_row(
+            name,
+            f"{100 * m['final_accuracy']['median']:.1f}% ({100 * m['final_accuracy']['min']:.0f}–"
+            f"{100 * m['final_accuracy']['max']:.0f})",
+            "—" if pass8 is None else f"{100 * pass8:.0f}%",
+            "—" if m["mu_measured"] is None else f"{m['mu_measured']:.2f}",
+            "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
+            *("never" if ratios[b] is None else f"{ratios[b]:.2f}×" for b in bases),
+        )
+    console.print(table)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from llm_replay.compare import load_experiment, run_experiment
+
+    experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
+    summary = run_experiment(experiment, progress=not args.quiet)
+    print_comparison(summary)
+    console.print(f"summary: {experiment.out / 'summary.json'}")
+    for plot in summary["plots"]:
+        console.print(f"plot: {plot}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from llm_replay.compare import load_experiment, summarise
+
+    experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
+    summary = summarise(experiment)
+    print_comparison(summary)
+    for plot in summary["plots"]:
+        console.print(f"plot: {plot}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from llm_replay.demo import run_demo
 
@@ -151,6 +198,17 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--json", help="also write the metrics to this JSON file")
     ev.set_defaults(func=cmd_eval)
+    for name, func, text in (
+        ("compare", cmd_compare, "run methods × seeds on one compute budget; summary + plots"),
+        ("report", cmd_report, "redraw a comparison's summary and plots from its run logs"),
+    ):
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("experiment", help="experiment YAML (see configs/experiment.yaml)")
+        cmd.add_argument("--quick", action="store_true", help="the experiment's reduced version")
+        cmd.add_argument("--out", help="output directory (default: the experiment's `out`)")
+        if name == "compare":
+            cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+        cmd.set_defaults(func=func)
     demo = sub.add_parser("demo", help="train with replay and on-policy, compare, plot")
     demo.add_argument("--out", default="runs/demo", help="output directory")
     demo.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")

@@ -31,6 +31,17 @@ def _positive(key: str, value: float, *, zero_ok: bool = False) -> None:
         raise ConfigError(f"{key} = {value!r}: must be finite and {bound}")
 
 
+def _check_basis(key: str, basis: str) -> None:
+    valid = basis in ("measured", "rollouts")
+    if basis.startswith("mu_"):
+        try:
+            valid = float(basis[3:]) > 0
+        except ValueError:
+            valid = False
+    if not valid:
+        raise ConfigError(f"{key} = {basis!r}: choose measured, rollouts or mu_<number>, e.g. mu_5")
+
+
 @dataclass
 class ModelConfig:
     path: str = "builtin:tiny-chain-sum"
@@ -81,9 +92,12 @@ class GenerationConfig:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    dynamic_sampling: bool = False
+    dynamic_sampling_rounds: int = 3
 
     def check(self) -> None:
         _positive("prompts_per_step", self.prompts_per_step)
+        _positive("dynamic_sampling_rounds", self.dynamic_sampling_rounds, zero_ok=True)
         if self.group_size < 2:
             raise ConfigError(f"group_size = {self.group_size}: must be >= 2 (group baselines)")
         _positive("max_new_tokens", self.max_new_tokens)
@@ -163,8 +177,31 @@ class RLEPConfig:
 
 
 @dataclass
+class AutoReplayConfig:
+    """`replay.strategy: auto`: y = clip(μ / (ρ + 1/x), 1, max_ratio), N = x·R, re-chosen each iteration."""
+
+    mu: float | None = None
+    rho: float = 0.5
+    horizon: float = 4.0
+    max_ratio: float = 8.0
+
+    def check(self) -> None:
+        if self.mu is not None:
+            _positive("mu", self.mu)
+        _positive("rho", self.rho, zero_ok=True)
+        if self.horizon < 1:
+            raise ConfigError(
+                f"horizon = {self.horizon!r}: must be >= 1 (iterations of rollouts kept)"
+            )
+        if self.max_ratio < 1:
+            raise ConfigError(f"max_ratio = {self.max_ratio!r}: must be >= 1")
+
+
+@dataclass
 class ReplayConfig:
-    strategy: Literal["on_policy", "uniform", "positive", "prioritized", "rlep"] = "on_policy"
+    strategy: Literal["on_policy", "uniform", "positive", "prioritized", "rlep", "auto"] = (
+        "on_policy"
+    )
     capacity: int = 1024
     replay_ratio: float = 1.0
     delta: float = 0.5
@@ -172,6 +209,7 @@ class ReplayConfig:
     beta: float = 0.4
     max_age: int | None = None
     fresh_ratio: float = 0.5
+    auto: AutoReplayConfig = field(default_factory=lambda: AutoReplayConfig())
     rlep: RLEPConfig = field(default_factory=RLEPConfig)
 
     def check(self) -> None:
@@ -190,6 +228,8 @@ class ReplayConfig:
 class TrainConfig:
     iterations: int = 60
     compute_seconds: float | None = None
+    compute_budget: float | None = None
+    budget_basis: str = "measured"
     batch_size: int = 256
     micro_batch_size: int = 256
     seed: int = 0
@@ -199,6 +239,9 @@ class TrainConfig:
         _positive("iterations", self.iterations)
         if self.compute_seconds is not None:
             _positive("compute_seconds", self.compute_seconds)
+        if self.compute_budget is not None:
+            _positive("compute_budget", self.compute_budget)
+        _check_basis("budget_basis", self.budget_basis)
         _positive("batch_size", self.batch_size)
         _positive("micro_batch_size", self.micro_batch_size)
         if self.threads is not None:
@@ -208,12 +251,15 @@ class TrainConfig:
 @dataclass
 class EvalConfig:
     every: int = 10
+    every_compute: float | None = None
     size: int = 500
     pass_k: list[int] = field(default_factory=lambda: [1, 8])
     pass_size: int = 100
 
     def check(self) -> None:
         _positive("every", self.every)
+        if self.every_compute is not None:
+            _positive("every_compute", self.every_compute)
         _positive("size", self.size)
         _positive("pass_size", self.pass_size, zero_ok=True)
         if not self.pass_k or any(k < 1 for k in self.pass_k):

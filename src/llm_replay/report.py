@@ -7,9 +7,14 @@ draws one line per run against measured compute seconds (evaluation time exclude
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+
+from llm_replay.analysis import RunCurves, on_grid
 from llm_replay.metrics.logging import read_log
 
 
@@ -61,3 +66,146 @@ def plot_accuracy_vs_compute(
     fig.savefig(output)
     plt.close(fig)
     return output
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _band(
+    ax: Any, runs: dict[str, list[RunCurves]], key: str, basis: str, scale: float = 1.0
+) -> None:
+    """Median over seeds with a min–max band, one line per method."""
+    end = max(
+        float((r.steps if basis == "steps" else r.compute(basis))[-1])
+        for c in runs.values()
+        for r in c
+    )
+    grid = np.linspace(0.0, end, 80)
+    for name, curves in runs.items():
+        values = on_grid(curves, key, basis, grid) * scale
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            median = np.nanmedian(values, axis=0)
+            low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+        (line,) = ax.plot(grid, median, label=name, linewidth=1.6)
+        if len(curves) > 1:
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+    ax.grid(alpha=0.3)
+
+
+BASIS_LABEL = {
+    "measured": "compute (s): generation + scoring + training, measured here",
+    "rollouts": "rollouts generated",
+    "steps": "gradient steps",
+}
+
+
+def _basis_label(basis: str) -> str:
+    if basis.startswith("mu_"):
+        return f"compute on the μ = {basis[3:]} cost basis (training-token units)"
+    return BASIS_LABEL[basis]
+
+
+def plot_experiment(
+    experiment: Any, runs: dict[str, list[RunCurves]], summary: dict[str, Any]
+) -> list[Path]:
+    """The comparison's PNGs: accuracy vs compute (measured and μ = 5), vs steps, entropy, pass@k, ratio vs μ."""
+    plt = _pyplot()
+    out: Path = experiment.out
+    seeds = len(experiment.seeds)
+    band = f"median over {seeds} seeds, band = min–max" if seeds > 1 else "one seed"
+    paths = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120, sharey=True)
+    for ax, basis in zip(axes, ("measured", "mu_5"), strict=True):
+        _band(ax, runs, "accuracy", basis, 100.0)
+        ax.axhline(100 * summary["target_accuracy"], color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel(_basis_label(basis))
+    axes[0].set_ylabel("held-out greedy accuracy (%, trailing mean of 3 evals)")
+    axes[0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"{experiment.name}: accuracy vs compute ({band}; dotted = baseline's final)")
+    fig.tight_layout()
+    paths.append(out / "accuracy_vs_compute.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    for key, basis, ylabel, scale, file in (
+        ("accuracy", "steps", "held-out greedy accuracy (%)", 100.0, "accuracy_vs_steps.png"),
+        (
+            "eval/entropy",
+            "measured",
+            "policy entropy (nats / token)",
+            1.0,
+            "entropy_vs_compute.png",
+        ),
+    ):
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+        _band(ax, runs, key, basis, scale)
+        ax.set_xlabel(_basis_label(basis))
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{experiment.name} ({band})")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(out / file)
+        fig.savefig(paths[-1])
+        plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, stats in summary["methods"].items():
+        ks = sorted(int(k[5:]) for k in stats if k.startswith("pass@"))
+        ax.plot(ks, [100 * stats[f"pass@{k}"]["median"] for k in ks], marker="o", label=name)
+    ax.set_xlim(
+        0.8,
+        max(
+            2.0,
+            max(
+                (
+                    int(k[5:])
+                    for m in summary["methods"].values()
+                    for k in m
+                    if k.startswith("pass@")
+                ),
+                default=2,
+            )
+            * 1.25,
+        ),
+    )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k at the end (%, median over seeds)")
+    ax.set_title(f"{experiment.name}: pass@k")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "pass_at_k.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    mus = list(experiment.mu_curve)
+    plotted = False
+    for name, stats in summary["methods"].items():
+        ratios = [stats["compute_to_target_ratio"].get(f"mu_{m:g}") for m in mus]
+        plotted |= any(r is not None for r in ratios)
+        ax.plot(mus, [np.nan if r is None else r for r in ratios], marker="o", label=name)
+    ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlim(min(mus) / 1.5, max(mus) * 1.5)
+    ax.set_xscale("log")
+    if not plotted:
+        ax.text(0.5, 0.5, "no method reached the target", transform=ax.transAxes, ha="center")
+    ax.set_xlabel("μ = generation cost / training cost (cost basis)")
+    ax.set_ylabel("compute to reach baseline's final accuracy ÷ baseline's")
+    ax.set_title(f"{experiment.name}: where replay pays (missing = never reached)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out / "ratio_vs_mu.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+    return paths

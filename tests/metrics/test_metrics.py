@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from llm_replay.metrics import ComputeMeter, MetricsLogger, pass_at_k, read_log, truncate_log
+from llm_replay.metrics.compute import cost_on_basis
 
 
 def test_pass_at_k_hand_values() -> None:
@@ -32,7 +33,12 @@ def test_meter_mu_flops_and_cost() -> None:
     assert meter.mu == pytest.approx(1.0)
     assert meter.flops["generation"] == 2 * 1000 * 800
     assert meter.flops["training"] == 6 * 1000 * 1000 + 2 * 1000 * 100
-    assert meter.cost(mu=5.0) == 500 * 5 + 1000
+    meter.add(completion_tokens_trained=400)
+    assert meter.cost(mu=5.0) == 500 * 5 + 400
+    assert cost_on_basis("rollouts", meter.metrics()) == 100
+    assert cost_on_basis("measured", meter.metrics()) == 12.0
+    with pytest.raises(ValueError, match="basis = 'flops'"):
+        cost_on_basis("flops", meter.metrics())
     assert meter.metrics()["compute/seconds"] == 12.0
     clone = ComputeMeter()
     clone.load_state_dict(meter.state_dict())

@@ -164,3 +164,19 @@ def test_tensorboard_events_are_written(tmp_path: Path) -> None:
     config = tiny_config(None, tmp_path / "r", "train.iterations=1", "log.tensorboard=true")
     SyncTrainer(config).run()
     assert list((tmp_path / "r" / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Path) -> None:
+    config = tiny_config(
+        ROOT / "configs/on_policy.yaml", tmp_path / "d", "train.iterations=2",
+        "generation.dynamic_sampling=true", "generation.prompts_per_step=8", "train.batch_size=32",
+    )  # fmt: skip
+    trainer = SyncTrainer(config)
+    trainer.run()
+    log = [r for r in read_log(tmp_path / "d") if r["kind"] == "train"]
+    generated = sum(r["generation/groups_generated"] for r in log)
+    assert trainer.meter.counts["prompts_generated"] == generated
+    assert all(r["generation/groups_generated"] >= 8 for r in log)
+    assert all(r["generation/groups_kept"] <= 8 for r in log)
+    # what was trained on had a learning signal in every group
+    assert trainer.meter.counts["rollouts_trained"] <= trainer.meter.counts["rollouts_generated"]

@@ -26,6 +26,7 @@ COUNTS = (
     "reward_calls",
     "rollouts_trained",
     "tokens_trained",
+    "completion_tokens_trained",
     "forward_only_tokens",
     "gradient_steps",
 )
@@ -74,8 +75,8 @@ class ComputeMeter:
         return {"generation": generation, "training": training, "total": generation + training}
 
     def cost(self, mu: float) -> float:
-        """Compute on a cost basis: generated tokens × μ + trained tokens × 1 (c_train = 1)."""
-        return self.counts["tokens_generated"] * mu + self.counts["tokens_trained"]
+        """Cost basis: completion tokens generated × μ + completion tokens trained on × 1."""
+        return cost_on_basis(f"mu_{mu:g}", self.metrics())
 
     def metrics(self) -> dict[str, float]:
         out: dict[str, float] = {f"compute/{r}_seconds": s for r, s in self.seconds.items()}
@@ -97,3 +98,26 @@ class ComputeMeter:
         self.parameters = int(state["parameters"])
         self.seconds = {r: float(state["seconds"][r]) for r in ROLES}
         self.counts = {k: int(state["counts"][k]) for k in COUNTS}
+
+
+def cost_on_basis(basis: str, metrics: dict[str, float]) -> float:
+    """Compute spent so far on a labelled basis, from one logged record's `compute/...` fields.
+
+    `measured`: seconds of generation + scoring + training on this machine.
+    `rollouts`: rollouts generated.
+    `mu_X`: a cost model, completion tokens generated × X + completion tokens trained on × 1
+    (c_gen / c_train = X = μ; prompts are not counted on either side), in training-token units.
+    """
+    if basis == "measured":
+        return float(metrics["compute/seconds"])
+    if basis == "rollouts":
+        return float(metrics["compute/rollouts_generated"])
+    if basis.startswith("mu_"):
+        try:
+            mu = float(basis[3:])
+        except ValueError:
+            raise ValueError(f"basis = {basis!r}: expected mu_<number>") from None
+        generated = float(metrics["compute/tokens_generated"])
+        trained = float(metrics["compute/completion_tokens_trained"])
+        return generated * mu + trained
+    raise ValueError(f"basis = {basis!r}: choose measured, rollouts or mu_<number>")

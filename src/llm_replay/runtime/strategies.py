@@ -21,7 +21,7 @@ Fractional steps carry over: the strategy keeps a credit of rollouts owed to the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,49 @@ class UniformReplay(Strategy):
 
 class PositiveReplay(Strategy):
     name = "positive"
+
+
+class AutoReplay(Strategy):
+    """Uniform replay whose ratio follows the compute-optimal rule of arXiv 2604.08706.
+
+    y* = μ / (ρ + 1/x): reuse grows with μ (generation cost / training cost per rollout) and
+    shrinks with the staleness cost ρ; x = N/R is the buffer's horizon in iterations. μ is the run's
+    measured value (or `replay.auto.mu`, to plan for other hardware) and is re-read every
+    iteration, so y follows μ as it changes. y is clipped to [1, max_ratio]: below 1 the learner
+    would skip fresh data, which no compute saving justifies.
+    """
+
+    name = "auto"
+
+    def __init__(
+        self,
+        table: ReplayTable,
+        *,
+        batch_size: int,
+        rho: float,
+        horizon: float,
+        max_ratio: float,
+        mu: float | None,
+    ) -> None:
+        super().__init__(table, replay_ratio=1.0, batch_size=batch_size)
+        self.rho, self.horizon, self.max_ratio, self.fixed_mu = rho, horizon, max_ratio, mu
+        self.mu_source: Callable[[], float | None] = lambda: None
+
+    def choose_ratio(self, mu: float | None) -> float:
+        if mu is None:
+            return 1.0
+        return float(min(self.max_ratio, max(1.0, mu / (self.rho + 1.0 / self.horizon))))
+
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        mu = self.fixed_mu if self.fixed_mu is not None else self.mu_source()
+        self.replay_ratio = self.choose_ratio(mu)
+        yield from super().batches(fresh)
+
+    def metrics(self) -> dict[str, float]:
+        return {**super().metrics(), "replay/auto_ratio": self.replay_ratio}
+
+    def state(self) -> dict[str, Any]:
+        return {**super().state(), "replay_ratio": self.replay_ratio}
 
 
 class PrioritizedReplay(Strategy):
@@ -192,6 +235,16 @@ def build_strategy(config: Config) -> Strategy:
     if r.strategy == "positive":
         table = ReplayTable.positive_biased(r.capacity, delta=r.delta, max_age=r.max_age, seed=seed)
         return PositiveReplay(table, replay_ratio=r.replay_ratio, batch_size=t.batch_size)
+    if r.strategy == "auto":
+        capacity = max(t.batch_size, round(r.auto.horizon * fresh))
+        return AutoReplay(
+            ReplayTable.uniform(capacity, max_age=r.max_age, seed=seed),
+            batch_size=t.batch_size,
+            rho=r.auto.rho,
+            horizon=r.auto.horizon,
+            max_ratio=r.auto.max_ratio,
+            mu=r.auto.mu,
+        )
     if r.strategy == "prioritized":
         table = ReplayTable.prioritized(
             r.capacity, alpha=r.alpha, beta=r.beta, max_age=r.max_age, seed=seed

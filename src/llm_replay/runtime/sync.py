@@ -32,10 +32,11 @@ from llm_replay.config import Config
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.learner import Learner, LearnerSettings
 from llm_replay.metrics import ComputeMeter, MetricsLogger, evaluate, truncate_log
+from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.checkpoint import load_training_checkpoint, save_training_checkpoint
-from llm_replay.runtime.strategies import RLEP, build_strategy
+from llm_replay.runtime.strategies import RLEP, AutoReplay, build_strategy
 from llm_replay.tasks import DatasetTask, ReasoningGymTask, SafeScorer, Task
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,8 @@ class SyncTrainer:
         )
         self.learner = Learner(self.model, _make_optimizer(self.model, config), self.settings)
         self.strategy = build_strategy(config)
+        if isinstance(self.strategy, AutoReplay):
+            self.strategy.mu_source = lambda: self.meter.mu
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
         chat = config.model.chat_template
         self.train_prompts = encode_prompts(
@@ -135,15 +138,17 @@ class SyncTrainer:
         self.eval_problems = eval_problems
         self.eval_prompts = encode_prompts(self.tokenizer, [p.prompt for p in eval_problems], chat)
         self.iteration = 0
+        self.prompts_drawn = 0
         self.next_group = 0
         self.evals: list[dict[str, float]] = []
         self.wall_start = time.perf_counter()
 
     # ------------------------------------------------------------------ helpers
     def _prompt_indices(self) -> np.ndarray:
-        """The iteration's prompts: consecutive slices of a seeded permutation per epoch."""
+        """The next prompts: consecutive slices of a seeded permutation per epoch."""
         n, k = len(self.train_prompts), self.config.generation.prompts_per_step
-        start = self.iteration * k
+        start = self.prompts_drawn
+        self.prompts_drawn += k
         out: list[int] = []
         while len(out) < k:
             epoch, offset = divmod(start + len(out), n)
@@ -179,6 +184,37 @@ class SyncTrainer:
 
     # ------------------------------------------------------------------ one iteration
     def generate_rollouts(self) -> tuple[RolloutBatch, dict[str, float]]:
+        """One iteration's fresh groups; with dynamic sampling, only groups whose rewards differ.
+
+        Dynamic sampling (DAPO) drops zero-variance groups (no learning signal under group
+        baselines) and generates more, up to `dynamic_sampling_rounds` extra rounds, until
+        `prompts_per_step` groups are kept; everything generated is paid for in the meter.
+        """
+        g = self.config.generation
+        batch, metrics = self._generate_groups()
+        if not g.dynamic_sampling:
+            return batch, metrics
+        generated = kept_groups = 0
+        parts: list[RolloutBatch] = []
+        for round_index in range(1 + g.dynamic_sampling_rounds):
+            if round_index > 0:
+                batch = self._generate_groups()[0]
+            generated += len(batch) // g.group_size
+            rewards = batch.rewards.reshape(-1, g.group_size)
+            informative = np.flatnonzero(rewards.std(1) > 0)[: g.prompts_per_step - kept_groups]
+            rows = (informative[:, None] * g.group_size + np.arange(g.group_size)).ravel()
+            if rows.size:
+                parts.append(batch.select(rows))
+            kept_groups += len(informative)
+            if kept_groups >= g.prompts_per_step:
+                break
+        metrics["generation/groups_generated"] = float(generated)
+        metrics["generation/groups_kept"] = float(kept_groups)
+        if not parts:  # every group was uninformative: train on the last round as it is
+            return batch, metrics
+        return RolloutBatch.concat(parts), metrics
+
+    def _generate_groups(self) -> tuple[RolloutBatch, dict[str, float]]:
         g = self.config.generation
         indices = self._prompt_indices()
         problems = [self.task.train[i] for i in indices]
@@ -239,6 +275,7 @@ class SyncTrainer:
                 self.meter.add(
                     rollouts_trained=len(sample),
                     tokens_trained=int(step["train/tokens"]),
+                    completion_tokens_trained=int(step["train/completion_tokens"]),
                     forward_only_tokens=int(step["train/forward_only_tokens"]),
                     gradient_steps=1,
                 )
@@ -259,6 +296,7 @@ class SyncTrainer:
         return {
             "iteration": self.iteration,
             "next_group": self.next_group,
+            "prompts_drawn": self.prompts_drawn,
             "learner_version": self.learner.version,
             "generator_version": self.generator.policy_version,
             "meter": self.meter.state_dict(),
@@ -284,6 +322,7 @@ class SyncTrainer:
         self.strategy.load(source / "replay")
         self.iteration = int(state["iteration"])
         self.next_group = int(state["next_group"])
+        self.prompts_drawn = int(state["prompts_drawn"])
         self.learner.version = int(state["learner_version"])
         self.generator.policy_version = int(state["generator_version"])
         self.meter.load_state_dict(state["meter"])
@@ -294,11 +333,22 @@ class SyncTrainer:
         log.info("resumed %s at iteration %d", self.run_dir, self.iteration)
 
     # ------------------------------------------------------------------ the run
+    def _spent(self) -> float:
+        """Compute spent so far on `train.budget_basis` (the axis of budgets and eval intervals)."""
+        return cost_on_basis(self.config.train.budget_basis, self.meter.metrics())
+
     def _done(self) -> bool:
         t = self.config.train
         if self.iteration >= t.iterations:
             return True
-        return t.compute_seconds is not None and self.meter.total_seconds >= t.compute_seconds
+        if t.compute_seconds is not None and self.meter.total_seconds >= t.compute_seconds:
+            return True
+        return t.compute_budget is not None and self._spent() >= t.compute_budget
+
+    def _crossed(self, spent_before: float) -> bool:
+        """True when this iteration's compute crossed a multiple of `eval.every_compute`."""
+        step = self.config.eval.every_compute
+        return step is not None and int(self._spent() // step) > int(spent_before // step)
 
     def _eval_record(self, logger: MetricsLogger) -> dict[str, Any]:
         metrics = self.evaluate()
@@ -336,6 +386,7 @@ class SyncTrainer:
                 self._eval_record(logger)
             while not self._done():
                 at_boundary = False
+                spent_before = self._spent()
                 record = self.train_iteration()
                 record = {
                     "kind": "train",
@@ -346,7 +397,7 @@ class SyncTrainer:
                 }
                 logger.log(record)
                 at_boundary = True
-                if self.iteration % every == 0 or self._done():
+                if self.iteration % every == 0 or self._done() or self._crossed(spent_before):
                     record.update(self._eval_record(logger))
                 if ckpt and self.iteration % ckpt == 0:
                     self.save_checkpoint()

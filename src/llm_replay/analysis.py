@@ -1,0 +1,160 @@
+"""Curves and comparisons from run logs: compute on every basis, smoothed accuracy, targets.
+
+All numbers come from `metrics.jsonl`, so a comparison can be recomputed without re-running.
+Each evaluation record carries the meter's counts and seconds, so its compute is known on every
+basis (`metrics.compute.cost_on_basis`). Greedy accuracy moves a few points between neighbouring
+evaluations, so targets and reach times use a trailing mean over `SMOOTH` evaluations: a method
+*reaches* a target at the first evaluation whose smoothed accuracy is at or above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm_replay.metrics.compute import cost_on_basis
+from llm_replay.metrics.logging import read_log
+
+SMOOTH = 3
+
+
+@dataclass(frozen=True)
+class RunCurves:
+    """One run's evaluations, in order."""
+
+    run_dir: Path
+    records: tuple[dict[str, Any], ...]
+    train_records: tuple[dict[str, Any], ...]
+
+    @classmethod
+    def load(cls, run_dir: Path) -> RunCurves:
+        log = read_log(run_dir)
+        evals = tuple(r for r in log if r.get("kind") == "eval")
+        if not evals:
+            raise ValueError(f"{run_dir}: no evaluation records in metrics.jsonl")
+        return cls(run_dir, evals, tuple(r for r in log if r.get("kind") == "train"))
+
+    def compute(self, basis: str) -> np.ndarray:
+        return np.array([cost_on_basis(basis, r) for r in self.records])
+
+    def metric(self, key: str) -> np.ndarray:
+        return np.array([np.nan if r.get(key) is None else float(r[key]) for r in self.records])
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.metric("steps")
+
+    @property
+    def accuracy(self) -> np.ndarray:
+        return self.metric("eval/accuracy")
+
+    @property
+    def smoothed(self) -> np.ndarray:
+        acc = self.accuracy
+        return np.array([acc[max(0, i - SMOOTH + 1) : i + 1].mean() for i in range(len(acc))])
+
+    @property
+    def final(self) -> dict[str, float]:
+        last = self.records[-1]
+        return {k: float(v) for k, v in last.items() if k.startswith("eval/") and v is not None}
+
+    def reach(self, target: float, basis: str) -> float | None:
+        """Compute on `basis` at the first evaluation whose smoothed accuracy >= target."""
+        hits = np.flatnonzero(self.smoothed >= target - 1e-12)
+        return float(self.compute(basis)[hits[0]]) if hits.size else None
+
+    def mean_train(self, key: str) -> float | None:
+        values = [float(r[key]) for r in self.train_records if r.get(key) is not None]
+        return float(np.mean(values)) if values else None
+
+
+def median_or_none(values: Sequence[float | None]) -> float | None:
+    """Median over seeds, counting None (never reached) as +inf; None if the median is infinite."""
+    if not values:
+        return None
+    array = np.array([np.inf if v is None else v for v in values], dtype=float)
+    median = float(np.median(array))
+    return None if not np.isfinite(median) else median
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    array = np.asarray(values, dtype=float)
+    return {"median": float(np.median(array)), "min": float(array.min()), "max": float(array.max())}
+
+
+def on_grid(curves: Sequence[RunCurves], key: str, basis: str, grid: np.ndarray) -> np.ndarray:
+    """[seeds, len(grid)]: each run's value at each grid point (its last evaluation at or before it)."""
+    out = np.full((len(curves), len(grid)), np.nan)
+    for i, run in enumerate(curves):
+        x = run.compute(basis) if basis != "steps" else run.steps
+        y = run.smoothed if key == "accuracy" else run.metric(key)
+        idx = np.searchsorted(x, grid, side="right") - 1
+        valid = (idx >= 0) & (grid <= x[-1])
+        out[i, valid] = y[idx[valid]]
+    return out
+
+
+def _ratio(value: float | None, reference: float | None) -> float | None:
+    if value is None or reference is None:
+        return None
+    if reference == 0:  # the baseline's final accuracy was already there at the start
+        return 1.0 if value == 0 else None
+    return value / reference
+
+
+def compare_methods(
+    runs: dict[str, list[RunCurves]], *, baseline: str, bases: Sequence[str]
+) -> dict[str, Any]:
+    """Per method: accuracy, pass@k, entropy, μ, age, and compute to reach the baseline's final accuracy.
+
+    Seeds are paired: seed s of a method is measured against seed s of the baseline (same prompt
+    order and sampling stream). The target of seed s is the baseline's smoothed final accuracy on
+    that seed, and the baseline's compute is what it took to first reach it. A method's ratio on a
+    basis is the median over seeds of (its compute to reach the target ÷ the baseline's), with
+    "never reached" counted as infinite: null when the median seed never got there.
+    """
+    if baseline not in runs:
+        raise ValueError(f"baseline = {baseline!r}: not among the methods {sorted(runs)}")
+    reference = runs[baseline]
+    targets = [r.smoothed[-1] for r in reference]
+    baseline_cost = {
+        b: [r.reach(t, b) for r, t in zip(reference, targets, strict=True)] for b in bases
+    }
+    methods: dict[str, Any] = {}
+    for name, curves in runs.items():
+        if len(curves) != len(reference):
+            raise ValueError(f"{name}: {len(curves)} seeds, baseline has {len(reference)}")
+        finals = [c.final for c in curves]
+        reach = {b: [c.reach(t, b) for c, t in zip(curves, targets, strict=True)] for b in bases}
+        ratio = {
+            b: median_or_none(
+                [_ratio(v, ref) for v, ref in zip(reach[b], baseline_cost[b], strict=True)]
+            )
+            for b in bases
+        }
+        pass_keys = sorted({k for f in finals for k in f if k.startswith("eval/pass@")})
+        methods[name] = {
+            "seeds": len(curves),
+            "final_accuracy": spread([c.smoothed[-1] for c in curves]),
+            "final_accuracy_last_eval": spread([f["eval/accuracy"] for f in finals]),
+            "best_accuracy": spread([float(np.nanmax(c.smoothed)) for c in curves]),
+            **{k.split("/")[1]: spread([f[k] for f in finals]) for k in pass_keys},
+            "entropy": spread([f.get("eval/entropy", np.nan) for f in finals]),
+            "mu_measured": median_or_none([c.records[-1].get("compute/mu") for c in curves]),
+            "mean_sampled_age": median_or_none([c.mean_train("train/age_mean") for c in curves]),
+            "gradient_steps": spread([float(c.steps[-1]) for c in curves]),
+            "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
+            "compute_to_target_ratio": ratio,
+            "never_reached_seeds": {b: sum(v is None for v in reach[b]) for b in bases},
+        }
+    return {
+        "baseline": baseline,
+        "target_accuracy": float(np.median(targets)),
+        "target_accuracy_per_seed": [float(t) for t in targets],
+        "baseline_compute": {b: median_or_none(v) for b, v in baseline_cost.items()},
+        "methods": methods,
+    }

@@ -1,0 +1,190 @@
+"""`llm-replay compare`: methods × seeds on one task and model, same compute budget, one summary.
+
+An experiment file names the methods (a preset plus overrides each), the seeds, the budget on a
+chosen compute basis (`budget_basis`: measured seconds by default, or a cost basis such as `mu_5`),
+how often to evaluate on that basis (so every method is evaluated at the same compute points), the
+baseline and the bases to report compute on. Runs go one after another so they share the machine
+fairly; each writes its own run directory (`OUT/METHOD/seed-S`). The summary (`OUT/summary.json`)
+and the plots are derived from the logs alone, so `llm-replay report` redraws them without
+re-running. A run whose summary exists is skipped, so an interrupted comparison resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llm_replay.analysis import RunCurves, compare_methods
+from llm_replay.config import ConfigError, load_config
+
+log = logging.getLogger(__name__)
+SUMMARY = "summary.json"
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    config: str
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    out: Path
+    methods: tuple[Method, ...]
+    seeds: tuple[int, ...]
+    budget: float
+    eval_every: float
+    baseline: str
+    budget_basis: str = "measured"
+    bases: tuple[str, ...] = ("measured", "mu_5", "rollouts")
+    mu_curve: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
+    overrides: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def run_dir(self, method: str, seed: int) -> Path:
+        return self.out / method / f"seed-{seed}"
+
+    @property
+    def all_bases(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self.bases, *(f"mu_{m:g}" for m in self.mu_curve)]))
+
+
+KEYS = {
+    "name",
+    "out",
+    "methods",
+    "seeds",
+    "budget",
+    "budget_basis",
+    "eval_every",
+    "baseline",
+    "bases",
+    "mu_curve",
+    "set",
+    "quick",
+}
+
+
+def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = None) -> Experiment:
+    """Read and validate an experiment file; `quick` applies its `quick:` section on top."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such experiment file")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    unknown = set(data) - KEYS
+    if unknown:
+        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(KEYS)}")
+    quick_part = data.pop("quick", {}) or {}
+    if quick:
+        chosen = quick_part.get("methods")
+        data = {**data, **{k: v for k, v in quick_part.items() if k not in ("methods", "set")}}
+        data["set"] = [*data.get("set", []), *quick_part.get("set", [])]
+        if chosen is not None:
+            missing = set(chosen) - set(data["methods"])
+            if missing:
+                raise ConfigError(f"quick.methods: {sorted(missing)} are not among methods")
+            data["methods"] = {k: v for k, v in data["methods"].items() if k in chosen}
+    methods = []
+    for name, spec in (data.get("methods") or {}).items():
+        if not isinstance(spec, dict) or "config" not in spec:
+            raise ConfigError(
+                f"methods.{name}: expected a mapping with 'config' (and optional 'set')"
+            )
+        methods.append(Method(str(name), str(spec["config"]), tuple(spec.get("set", []))))
+    if not methods:
+        raise ConfigError(f"{path}: methods: at least one method")
+    for key in ("budget", "eval_every"):
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise ConfigError(f"{key} = {value!r}: must be a number > 0")
+    seeds = data.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError(f"seeds = {seeds!r}: must be a non-empty list of integers")
+    baseline = data.get("baseline", methods[0].name)
+    if baseline not in {m.name for m in methods}:
+        raise ConfigError(f"baseline = {baseline!r}: not among the methods")
+    return Experiment(
+        name=str(data.get("name", path.stem)),
+        out=Path(out or data.get("out", f"runs/{path.stem}")) / ("quick" if quick else "full"),
+        methods=tuple(methods),
+        seeds=tuple(seeds),
+        budget=float(data["budget"]),
+        eval_every=float(data["eval_every"]),
+        baseline=baseline,
+        budget_basis=str(data.get("budget_basis", "measured")),
+        bases=tuple(data.get("bases", ("measured", "mu_5", "rollouts"))),
+        mu_curve=tuple(float(m) for m in data.get("mu_curve", (0.5, 1, 2, 5, 10))),
+        overrides=tuple(data.get("set", [])),
+    )
+
+
+def run_config(experiment: Experiment, method: Method, seed: int) -> Any:
+    overrides = [
+        *method.overrides,
+        *experiment.overrides,
+        f"name={method.name}",
+        f"train.seed={seed}",
+        "train.iterations=1000000",
+        f"train.compute_budget={experiment.budget}",
+        f"train.budget_basis={experiment.budget_basis}",
+        f"eval.every_compute={experiment.eval_every}",
+        "eval.every=1000000",
+        f"log.run_dir={experiment.run_dir(method.name, seed)}",
+        "log.tensorboard=false",
+    ]
+    try:
+        return load_config(method.config, overrides)
+    except ConfigError as error:
+        raise ConfigError(f"methods.{method.name}: {error}") from None
+
+
+def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str, Any]:
+    """Run every method × seed not yet done, then summarise and plot."""
+    from llm_replay.cli import console, run_training
+
+    configs = [
+        (m, s, run_config(experiment, m, s)) for s in experiment.seeds for m in experiment.methods
+    ]
+    for index, (method, seed, config) in enumerate(configs, start=1):
+        if (config.run_dir / SUMMARY).is_file():
+            log.info("%s seed %d: done before, skipped", method.name, seed)
+            continue
+        console.rule(f"[bold]{index}/{len(configs)}[/] {method.name} · seed {seed}")
+        run_training(config, show_progress=progress)
+    return summarise(experiment)
+
+
+def summarise(experiment: Experiment) -> dict[str, Any]:
+    from llm_replay.report import plot_experiment
+
+    runs = {
+        m.name: [RunCurves.load(experiment.run_dir(m.name, s)) for s in experiment.seeds]
+        for m in experiment.methods
+    }
+    summary = compare_methods(runs, baseline=experiment.baseline, bases=experiment.all_bases)
+    summary["experiment"] = {
+        "name": experiment.name,
+        "seeds": list(experiment.seeds),
+        "budget": experiment.budget,
+        "budget_basis": experiment.budget_basis,
+        "eval_every": experiment.eval_every,
+        "bases": list(experiment.bases),
+        "mu_curve": list(experiment.mu_curve),
+        "methods": {
+            m.name: {"config": m.config, "set": list(m.overrides)} for m in experiment.methods
+        },
+        "set": list(experiment.overrides),
+    }
+    experiment.out.mkdir(parents=True, exist_ok=True)
+    (experiment.out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    summary["plots"] = [str(p) for p in plot_experiment(experiment, runs, summary)]
+    return summary

@@ -1,0 +1,71 @@
+"""Comparison arithmetic on synthetic logs: smoothing, reach, paired ratios, bases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llm_replay.analysis import RunCurves, compare_methods, median_or_none
+from llm_replay.metrics import MetricsLogger
+
+
+def fake_run(
+    path: Path, accuracies: list[float], seconds_per_eval: float, gen_tokens: int, train_tokens: int
+) -> RunCurves:
+    logger = MetricsLogger(path)
+    for i, acc in enumerate(accuracies):
+        logger.log({
+            "kind": "eval", "iteration": i, "steps": i, "eval/accuracy": acc, "eval/pass@1": acc,
+            "compute/seconds": i * seconds_per_eval, "compute/rollouts_generated": i * 10,
+            "compute/tokens_generated": i * gen_tokens, "compute/completion_tokens_trained": i * train_tokens,
+        })  # fmt: skip
+    logger.close()
+    return RunCurves.load(path)
+
+
+def test_median_counts_never_as_infinite() -> None:
+    assert median_or_none([1.0, 3.0, None]) == 3.0
+    assert median_or_none([1.0, None, None]) is None
+    assert median_or_none([2.0, 4.0]) == 3.0
+    assert median_or_none([]) is None
+
+
+def test_reach_uses_the_trailing_mean(tmp_path: Path) -> None:
+    run = fake_run(tmp_path / "r", [0.1, 0.5, 0.2, 0.3, 0.4], 10.0, 100, 100)
+    # smoothed: 0.1, 0.3, 0.2667, 0.3333, 0.3
+    assert run.reach(0.3, "measured") == 10.0  # the spike at 10 s counts only through the mean
+    assert run.reach(0.33, "measured") == 30.0
+    assert run.reach(0.5, "measured") is None
+
+
+def test_paired_ratios_on_each_basis(tmp_path: Path) -> None:
+    # baseline: 100 gen + 100 trained tokens per eval; replay: half the generation, twice the training
+    base = [
+        fake_run(tmp_path / f"b{s}", [0.1, 0.2, 0.3, 0.4, 0.4, 0.4], 1.0, 100, 100)
+        for s in range(3)
+    ]
+    replay = [
+        fake_run(tmp_path / f"r{s}", [0.1, 0.2, 0.3, 0.4, 0.4, 0.4], 1.5, 50, 200) for s in range(3)
+    ]
+    slow = [
+        fake_run(tmp_path / f"s{s}", [0.1, 0.1, 0.1, 0.1, 0.1, 0.1], 1.0, 100, 100)
+        for s in range(3)
+    ]
+    summary = compare_methods(
+        {"base": base, "replay": replay, "slow": slow},
+        baseline="base",
+        bases=["measured", "mu_5", "mu_0.5", "rollouts"],
+    )
+    assert summary["target_accuracy"] == pytest.approx(0.4)
+    ratios = summary["methods"]["replay"]["compute_to_target_ratio"]
+    # both reach the smoothed 0.4 at the 6th eval (index 5): ratios are per-eval cost ratios
+    assert ratios["measured"] == pytest.approx(1.5)
+    assert ratios["mu_5"] == pytest.approx((50 * 5 + 200) / (100 * 5 + 100))
+    assert ratios["mu_0.5"] == pytest.approx((50 * 0.5 + 200) / (100 * 0.5 + 100))
+    assert ratios["rollouts"] == pytest.approx(1.0)
+    assert summary["methods"]["base"]["compute_to_target_ratio"]["mu_5"] == pytest.approx(1.0)
+    assert summary["methods"]["slow"]["compute_to_target_ratio"]["mu_5"] is None
+    assert summary["methods"]["slow"]["never_reached_seeds"]["mu_5"] == 3
+    with pytest.raises(ValueError, match="baseline = 'nope'"):
+        compare_methods({"base": base}, baseline="nope", bases=["measured"])

@@ -1,0 +1,144 @@
+"""`llm-replay compare` / `report` end to end at a tiny budget, and the experiment file checks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llm_replay.cli import main
+from llm_replay.compare import load_experiment
+from llm_replay.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_SET = """
+  - generation.prompts_per_step=4
+  - generation.group_size=4
+  - train.batch_size=16
+  - eval.size=16
+  - eval.pass_size=4
+  - eval.pass_k=[1,2,4]
+  - task.train_size=300
+  - task.eval_size=16
+  - replay.capacity=64
+"""
+
+
+def write_experiment(tmp_path: Path, seeds: str = "[0, 1]") -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        f"""
+name: tiny
+out: {tmp_path / "out"}
+seeds: {seeds}
+budget: 1.5
+eval_every: 0.5
+baseline: on_policy
+set: {TINY_SET}
+methods:
+  on_policy: {{config: {ROOT / "configs/on_policy.yaml"}}}
+  uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}}}
+  auto5:     {{config: {ROOT / "configs/replay_auto.yaml"}, set: [replay.auto.mu=5]}}
+quick:
+  seeds: [0]
+  methods: [on_policy, auto5]
+"""
+    )
+    return path
+
+
+def test_compare_then_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    experiment = write_experiment(tmp_path)
+    assert main(["compare", str(experiment), "--quiet"]) == 0
+    out = tmp_path / "out" / "full"
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["methods"]) == {"on_policy", "uniform", "auto5"}
+    base = summary["methods"]["on_policy"]
+    assert base["seeds"] == 2
+    assert base["compute_to_target_ratio"]["measured"] == pytest.approx(1.0)
+    for stats in summary["methods"].values():
+        assert set(stats["compute_to_target_ratio"]) >= {
+            "measured",
+            "mu_5",
+            "rollouts",
+            "mu_0.5",
+            "mu_10",
+        }
+        assert {"pass@1", "pass@2", "pass@4", "entropy", "mu_measured"} <= set(stats)
+    for png in (
+        "accuracy_vs_compute",
+        "accuracy_vs_steps",
+        "entropy_vs_compute",
+        "pass_at_k",
+        "ratio_vs_mu",
+    ):
+        assert (out / f"{png}.png").stat().st_size > 10_000
+    # auto planned for μ = 5: y = 5 / (ρ + 1/x) = 5 / (0.5 + 1/4)
+    log = [
+        json.loads(line)
+        for line in (out / "auto5" / "seed-0" / "metrics.jsonl").read_text().splitlines()
+    ]
+    ratios = [r["replay/auto_ratio"] for r in log if r["kind"] == "train"]
+    assert ratios and all(r == pytest.approx(5 / 0.75) for r in ratios)
+    (out / "summary.json").unlink()
+    assert main(["report", str(experiment)]) == 0
+    assert (
+        json.loads((out / "summary.json").read_text())["methods"].keys()
+        == summary["methods"].keys()
+    )
+    # finished runs are not re-run
+    before = (out / "uniform" / "seed-1" / "summary.json").stat().st_mtime
+    assert main(["compare", str(experiment), "--quiet"]) == 0
+    assert (out / "uniform" / "seed-1" / "summary.json").stat().st_mtime == before
+
+
+def test_quick_selects_methods_and_seeds(tmp_path: Path) -> None:
+    experiment = load_experiment(write_experiment(tmp_path), quick=True)
+    assert [m.name for m in experiment.methods] == ["on_policy", "auto5"]
+    assert experiment.seeds == (0,) and experiment.out.name == "quick"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("methods: {}\nbudget: 1\neval_every: 1", "at least one method"),
+        ("methods: {a: {config: x}}\nbudget: 0\neval_every: 1", "budget = 0"),
+        ("methods: {a: {config: x}}\nbudget: 1\neval_every: 1\nbaseline: b", "baseline = 'b'"),
+        ("methods: {a: 3}\nbudget: 1\neval_every: 1", "methods.a: expected a mapping"),
+        ("method: {}", "unknown key"),
+        ("methods: {a: {config: x}}\nbudget: 1\neval_every: 1\nseeds: []", "seeds = \\[\\]"),
+    ],
+)
+def test_bad_experiment_files(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(path)
+
+
+def test_auto_ratio_rule() -> None:
+    from llm_replay.buffer import ReplayTable
+    from llm_replay.runtime.strategies import AutoReplay
+
+    auto = AutoReplay(
+        ReplayTable.uniform(64), batch_size=16, rho=0.5, horizon=4, max_ratio=8, mu=None
+    )
+    assert auto.choose_ratio(None) == 1.0  # nothing measured yet: on-policy rate
+    assert auto.choose_ratio(0.4) == 1.0  # cheap generation: no reuse
+    assert auto.choose_ratio(3.0) == pytest.approx(4.0)
+    assert auto.choose_ratio(100.0) == 8.0
+
+
+@pytest.mark.slow
+def test_quick_experiment_from_scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make experiment-quick` (≤ 15 min on 2 cores): summary and plots from scratch."""
+    monkeypatch.chdir(ROOT)
+    assert (
+        main(["compare", "configs/experiment.yaml", "--quick", "--quiet", "--out", str(tmp_path)])
+        == 0
+    )
+    summary = json.loads((tmp_path / "quick" / "summary.json").read_text())
+    assert summary["methods"]["on_policy"]["compute_to_target_ratio"]["mu_5"] == pytest.approx(1.0)
+    assert len(summary["methods"]) == 5
