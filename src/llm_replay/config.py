@@ -181,8 +181,8 @@ class AutoReplayConfig:
     """`replay.strategy: auto`: y = clip(μ / (ρ + 1/x), 1, max_ratio), N = x·R, re-chosen each iteration."""
 
     mu: float | None = None
-    rho: float = 0.5
-    horizon: float = 4.0
+    rho: float = 1.0
+    horizon: float = 8.0
     max_ratio: float = 8.0
 
     def check(self) -> None:

@@ -77,8 +77,30 @@ def _pyplot() -> Any:
     return plt
 
 
+def _styles(names: Sequence[str], baseline: str) -> dict[str, dict[str, Any]]:
+    """Baseline in thick black; a `_tis` variant dashed in its parent's colour; others distinct."""
+    plt = _pyplot()
+    palette = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+    styles: dict[str, dict[str, Any]] = {baseline: {"color": "black", "linewidth": 2.4}}
+    free = iter(palette)
+    for name in names:
+        if name == baseline or name.endswith("_tis"):
+            continue
+        styles[name] = {"color": next(free), "linewidth": 1.6}
+    for name in names:
+        if name.endswith("_tis"):
+            parent = styles.get(name[: -len("_tis")], {"color": next(free)})
+            styles[name] = {"color": parent["color"], "linewidth": 1.6, "linestyle": "--"}
+    return styles
+
+
 def _band(
-    ax: Any, runs: dict[str, list[RunCurves]], key: str, basis: str, scale: float = 1.0
+    ax: Any,
+    runs: dict[str, list[RunCurves]],
+    key: str,
+    basis: str,
+    scale: float = 1.0,
+    styles: dict[str, dict[str, Any]] | None = None,
 ) -> None:
     """Median over seeds with a min–max band, one line per method."""
     end = max(
@@ -93,9 +115,10 @@ def _band(
             warnings.simplefilter("ignore", RuntimeWarning)
             median = np.nanmedian(values, axis=0)
             low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
-        (line,) = ax.plot(grid, median, label=name, linewidth=1.6)
+        style = (styles or {}).get(name, {"linewidth": 1.6})
+        (line,) = ax.plot(grid, median, label=name, **style)
         if len(curves) > 1:
-            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.08, linewidth=0)
     ax.grid(alpha=0.3)
 
 
@@ -121,14 +144,15 @@ def plot_experiment(
     seeds = len(experiment.seeds)
     band = f"median over {seeds} seeds, band = min–max" if seeds > 1 else "one seed"
     paths = []
+    styles = _styles(list(runs), summary["baseline"])
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120, sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), dpi=120, sharey=True)
     for ax, basis in zip(axes, ("measured", "mu_5"), strict=True):
-        _band(ax, runs, "accuracy", basis, 100.0)
+        _band(ax, runs, "accuracy", basis, 100.0, styles)
         ax.axhline(100 * summary["target_accuracy"], color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel(_basis_label(basis))
     axes[0].set_ylabel("held-out greedy accuracy (%, trailing mean of 3 evals)")
-    axes[0].legend(fontsize=8, loc="lower right")
+    axes[1].legend(fontsize=8, loc="lower right", ncol=2)
     fig.suptitle(f"{experiment.name}: accuracy vs compute ({band}; dotted = baseline's final)")
     fig.tight_layout()
     paths.append(out / "accuracy_vs_compute.png")
@@ -146,7 +170,7 @@ def plot_experiment(
         ),
     ):
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-        _band(ax, runs, key, basis, scale)
+        _band(ax, runs, key, basis, scale, styles)
         ax.set_xlabel(_basis_label(basis))
         ax.set_ylabel(ylabel)
         ax.set_title(f"{experiment.name} ({band})")
@@ -159,7 +183,13 @@ def plot_experiment(
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, stats in summary["methods"].items():
         ks = sorted(int(k[5:]) for k in stats if k.startswith("pass@"))
-        ax.plot(ks, [100 * stats[f"pass@{k}"]["median"] for k in ks], marker="o", label=name)
+        ax.plot(
+            ks,
+            [100 * stats[f"pass@{k}"]["median"] for k in ks],
+            marker="o",
+            label=name,
+            **styles[name],
+        )
     ax.set_xlim(
         0.8,
         max(
@@ -193,7 +223,13 @@ def plot_experiment(
     for name, stats in summary["methods"].items():
         ratios = [stats["compute_to_target_ratio"].get(f"mu_{m:g}") for m in mus]
         plotted |= any(r is not None for r in ratios)
-        ax.plot(mus, [np.nan if r is None else r for r in ratios], marker="o", label=name)
+        ax.plot(
+            mus,
+            [np.nan if r is None else r for r in ratios],
+            marker="o",
+            label=name,
+            **styles[name],
+        )
     ax.axhline(1.0, color="grey", linestyle=":", linewidth=1)
     ax.set_xlim(min(mus) / 1.5, max(mus) * 1.5)
     ax.set_xscale("log")

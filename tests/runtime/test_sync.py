@@ -180,3 +180,18 @@ def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Pa
     assert all(r["generation/groups_kept"] <= 8 for r in log)
     # what was trained on had a learning signal in every group
     assert trainer.meter.counts["rollouts_trained"] <= trainer.meter.counts["rollouts_generated"]
+
+
+def test_auto_at_low_mu_trains_on_policy(tmp_path: Path) -> None:
+    config = tiny_config(
+        ROOT / "configs/replay_auto.yaml",
+        tmp_path / "a",
+        "train.iterations=3",
+        "replay.auto.mu=0.5",
+    )
+    trainer = SyncTrainer(config)
+    trainer.run()
+    log = [r for r in read_log(tmp_path / "a") if r["kind"] == "train"]
+    assert all(r["replay/auto_ratio"] == 1.0 and r["train/age_max"] == 0 for r in log)
+    assert trainer.meter.counts["rollouts_trained"] == trainer.meter.counts["rollouts_generated"]
+    assert log[-1]["buffer/size"] == 3 * 16  # kept for when reuse starts to pay

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llm_replay.buffer import FreshAnchored, ReplayTable, RLEPBlend, Sample, SuccessPool
 from llm_replay.config import Config
 from llm_replay.rollout import RolloutBatch
@@ -88,7 +90,8 @@ class AutoReplay(Strategy):
     shrinks with the staleness cost ρ; x = N/R is the buffer's horizon in iterations. μ is the run's
     measured value (or `replay.auto.mu`, to plan for other hardware) and is re-read every
     iteration, so y follows μ as it changes. y is clipped to [1, max_ratio]: below 1 the learner
-    would skip fresh data, which no compute saving justifies.
+    would skip fresh data, which no compute saving justifies; at y = 1 it trains on exactly the
+    fresh rollouts, on-policy.
     """
 
     name = "auto"
@@ -115,7 +118,16 @@ class AutoReplay(Strategy):
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
         mu = self.fixed_mu if self.fixed_mu is not None else self.mu_source()
         self.replay_ratio = self.choose_ratio(mu)
-        yield from super().batches(fresh)
+        if self.replay_ratio > 1.0:
+            yield from super().batches(fresh)
+            return
+        # y = 1: no reuse pays, so train on-policy on exactly the fresh rollouts (kept in the
+        # buffer all the same, so reuse can start at once when μ rises)
+        keys = self.table.insert(fresh)
+        version = self.table.policy_version
+        for start in range(0, len(fresh), self.batch_size):
+            rows = np.arange(start, min(start + self.batch_size, len(fresh)))
+            yield Sample.from_batch(fresh.select(rows), current_version=version, keys=keys[rows])
 
     def metrics(self) -> dict[str, float]:
         return {**super().metrics(), "replay/auto_ratio": self.replay_ratio}
