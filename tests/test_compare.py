@@ -143,3 +143,15 @@ def test_quick_experiment_from_scratch(tmp_path: Path, monkeypatch: pytest.Monke
     summary = json.loads((tmp_path / "quick" / "summary.json").read_text())
     assert summary["methods"]["on_policy"]["compute_to_target_ratio"]["mu_5"] == pytest.approx(1.0)
     assert len(summary["methods"]) == 5
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_shipped_experiment_file_validates(quick: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm_replay.compare import run_config
+
+    monkeypatch.chdir(ROOT)
+    experiment = load_experiment("configs/experiment.yaml", quick=quick)
+    assert experiment.budget_basis == "mu_5" and experiment.baseline == "on_policy"
+    for method in experiment.methods:
+        config = run_config(experiment, method, experiment.seeds[0])
+        assert config.train.compute_budget == experiment.budget

@@ -8,7 +8,11 @@ import pytest
 
 from llm_replay.config import Config, ConfigError, config_from_dict, load_config
 
-PRESETS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
+PRESETS = sorted(
+    p
+    for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")
+    if p.stem != "experiment"
+)
 
 
 def test_presets_exist_for_every_strategy() -> None:
