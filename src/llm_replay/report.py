@@ -122,6 +122,13 @@ def _band(
     ax.grid(alpha=0.3)
 
 
+def _save(fig: Any, path: Path, paths: list[Path]) -> None:
+    fig.tight_layout()
+    fig.savefig(path)
+    _pyplot().close(fig)
+    paths.append(path)
+
+
 BASIS_LABEL = {
     "measured": "compute (s): generation + scoring + training, measured here",
     "rollouts": "rollouts generated",
@@ -143,7 +150,7 @@ def plot_experiment(
     out: Path = experiment.out
     seeds = len(experiment.seeds)
     band = f"median over {seeds} seeds, band = min–max" if seeds > 1 else "one seed"
-    paths = []
+    paths: list[Path] = []
     styles = _styles(list(runs), summary["baseline"])
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), dpi=120, sharey=True)
@@ -154,10 +161,7 @@ def plot_experiment(
     axes[0].set_ylabel("held-out greedy accuracy (%, trailing mean of 3 evals)")
     axes[1].legend(fontsize=8, loc="lower right", ncol=2)
     fig.suptitle(f"{experiment.name}: accuracy vs compute ({band}; dotted = baseline's final)")
-    fig.tight_layout()
-    paths.append(out / "accuracy_vs_compute.png")
-    fig.savefig(paths[-1])
-    plt.close(fig)
+    _save(fig, out / "accuracy_vs_compute.png", paths)
 
     for key, basis, ylabel, scale, file in (
         ("accuracy", "steps", "held-out greedy accuracy (%)", 100.0, "accuracy_vs_steps.png"),
@@ -175,10 +179,7 @@ def plot_experiment(
         ax.set_ylabel(ylabel)
         ax.set_title(f"{experiment.name} ({band})")
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        paths.append(out / file)
-        fig.savefig(paths[-1])
-        plt.close(fig)
+        _save(fig, out / file, paths)
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, stats in summary["methods"].items():
@@ -190,32 +191,15 @@ def plot_experiment(
             label=name,
             **styles[name],
         )
-    ax.set_xlim(
-        0.8,
-        max(
-            2.0,
-            max(
-                (
-                    int(k[5:])
-                    for m in summary["methods"].values()
-                    for k in m
-                    if k.startswith("pass@")
-                ),
-                default=2,
-            )
-            * 1.25,
-        ),
-    )
+    all_k = [int(k[5:]) for m in summary["methods"].values() for k in m if k.startswith("pass@")]
+    ax.set_xlim(0.8, max(all_k, default=2) * 1.25)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k")
     ax.set_ylabel("pass@k at the end (%, median over seeds)")
     ax.set_title(f"{experiment.name}: pass@k")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "pass_at_k.png")
-    fig.savefig(paths[-1])
-    plt.close(fig)
+    _save(fig, out / "pass_at_k.png", paths)
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     mus = list(experiment.mu_curve)
@@ -240,8 +224,5 @@ def plot_experiment(
     ax.set_title(f"{experiment.name}: where replay pays (missing = never reached)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths.append(out / "ratio_vs_mu.png")
-    fig.savefig(paths[-1])
-    plt.close(fig)
+    _save(fig, out / "ratio_vs_mu.png", paths)
     return paths
