@@ -19,6 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,6 @@ class SyncTrainer:
         self.model, self.tokenizer = load_policy(
             config.model.path, device=config.model.device, dtype=config.model.dtype
         )
-        self.base_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         g = config.generation
         self.sampling = SamplingParams(g.max_new_tokens, g.temperature, g.top_k, g.top_p)
         self.generator = HFGenerator(
@@ -108,15 +108,7 @@ class SyncTrainer:
         self.settings = LearnerSettings(
             loss=a.loss,
             aggregation=a.aggregation,
-            loss_params=LossParams(
-                a.clip_low,
-                a.clip_high,
-                a.tis_cap,
-                a.icepop_beta,
-                a.level,
-                a.decoupled_cap,
-                a.delta_v,
-            ),
+            loss_params=LossParams(**{f.name: getattr(a, f.name) for f in fields(LossParams)}),
             temperature=g.temperature,
             kl_coef=a.kl_coef,
             entropy_coef=a.entropy_coef,
@@ -127,6 +119,12 @@ class SyncTrainer:
         )
         self.learner = Learner(self.model, _make_optimizer(self.model, config), self.settings)
         self.strategy = build_strategy(config)
+        # only RLEP restarts from the base weights; nobody else pays for a second copy
+        self.base_state = (
+            {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            if isinstance(self.strategy, RLEP)
+            else None
+        )
         if isinstance(self.strategy, AutoReplay):
             self.strategy.mu_source = lambda: self.meter.mu
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
@@ -161,6 +159,7 @@ class SyncTrainer:
 
     def _restart_from_base(self) -> None:
         """RLEP phase II starts from the base model with a fresh optimizer."""
+        assert self.base_state is not None
         self.model.load_state_dict(self.base_state)
         self.learner.optimizer = _make_optimizer(self.model, self.config)
         log.info(
