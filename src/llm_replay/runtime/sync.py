@@ -15,34 +15,28 @@ the weights is bumping the generator's policy version.
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.algorithms.losses import LossParams
 from llm_replay.config import Config
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.learner import Learner, LearnerSettings
-from llm_replay.metrics import ComputeMeter, MetricsLogger, evaluate, truncate_log
-from llm_replay.metrics.compute import cost_on_basis
+from llm_replay.metrics import ComputeMeter, evaluate, truncate_log
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.checkpoint import load_training_checkpoint, save_training_checkpoint
+from llm_replay.runtime.loop import CHECKPOINT_DIR, SUMMARY_FILE, RunLoop
+from llm_replay.runtime.rollouts import RolloutMaker, prompt_indices
 from llm_replay.runtime.strategies import RLEP, AutoReplay, build_strategy
 from llm_replay.tasks import DatasetTask, ReasoningGymTask, SafeScorer, Task
 
 log = logging.getLogger(__name__)
-CHECKPOINT_DIR = "checkpoint"
-SUMMARY_FILE = "summary.json"
 
 
 def build_task(config: Config) -> Task:
@@ -78,12 +72,11 @@ def _make_optimizer(model: Any, config: Config) -> torch.optim.Optimizer:
     )
 
 
-class SyncTrainer:
+class SyncTrainer(RunLoop):
     """Builds every part from a `Config` and runs the loop; `run()` returns the summary."""
 
     def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
-        self.config = config
-        self.run_dir = Path(run_dir) if run_dir is not None else config.run_dir
+        self._init_loop(config, run_dir)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         torch.manual_seed(config.train.seed)
@@ -135,24 +128,39 @@ class SyncTrainer:
         eval_problems = list(self.task.eval[: config.eval.size])
         self.eval_problems = eval_problems
         self.eval_prompts = encode_prompts(self.tokenizer, [p.prompt for p in eval_problems], chat)
-        self.iteration = 0
+        self.maker = RolloutMaker(
+            generator=self.generator,
+            tokenizer=self.tokenizer,
+            problems=self.task.train,
+            prompts=self.train_prompts,
+            scorer=self.scorer,
+            sampling=self.sampling,
+            group_size=g.group_size,
+            advantage=a.advantage,
+            correct_threshold=self.task.correct_threshold,
+        )
         self.prompts_drawn = 0
         self.next_group = 0
-        self.evals: list[dict[str, float]] = []
-        self.wall_start = time.perf_counter()
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def steps(self) -> int:
+        return self.learner.version
+
+    def reward_failures(self) -> dict[str, int]:
+        return dict(vars(self.scorer.counts))
+
+    def close(self) -> None:
+        self.scorer.close()
+
     def _prompt_indices(self) -> np.ndarray:
-        """The next prompts: consecutive slices of a seeded permutation per epoch."""
-        n, k = len(self.train_prompts), self.config.generation.prompts_per_step
-        start = self.prompts_drawn
+        """The next `prompts_per_step` prompts of the run's seeded order."""
+        k = self.config.generation.prompts_per_step
+        indices = prompt_indices(
+            self.config.train.seed, len(self.train_prompts), self.prompts_drawn, k
+        )
         self.prompts_drawn += k
-        out: list[int] = []
-        while len(out) < k:
-            epoch, offset = divmod(start + len(out), n)
-            perm = np.random.default_rng([self.config.train.seed, epoch]).permutation(n)
-            out.extend(perm[offset : offset + k - len(out)].tolist())
-        return np.asarray(out, dtype=np.int64)
+        return indices
 
     def _publish(self) -> None:
         self.generator.policy_version = self.learner.version
@@ -214,51 +222,9 @@ class SyncTrainer:
         return RolloutBatch.concat(parts), metrics
 
     def _generate_groups(self) -> tuple[RolloutBatch, dict[str, float]]:
-        g = self.config.generation
         indices = self._prompt_indices()
-        problems = [self.task.train[i] for i in indices]
-        prompts = [self.train_prompts[i] for i in indices]
-        with self.meter.time("generation"):
-            out = self.generator.generate(prompts, g.group_size, self.sampling)
-        with self.meter.time("scoring"):
-            texts = self.tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
-            rewards = self.scorer.score(texts, [problems[i] for i in out.prompt_index])
-        correct = rewards >= self.task.correct_threshold
-        groups = self.next_group + out.prompt_index
-        self.next_group += len(prompts)
-        batch = RolloutBatch.from_flat(
-            prompt_ids=np.concatenate([np.asarray(prompts[i], np.int32) for i in out.prompt_index]),
-            prompt_lengths=np.asarray([len(prompts[i]) for i in out.prompt_index], np.int32),
-            completion_ids=out.completion_ids,
-            completion_lengths=out.completion_lengths,
-            behaviour_logprobs=out.behaviour_logprobs,
-            rewards=rewards,
-            group_ids=groups,
-            policy_versions=np.full(len(out), out.policy_version, np.int64),
-            correct=correct.astype(np.int8),
-            finish_reasons=out.finish_reasons,
-        )
-        batch = batch.with_advantages(
-            group_advantages(rewards, groups, self.config.algorithm.advantage)
-        )
-        self.meter.add(
-            prompts_generated=len(prompts),
-            rollouts_generated=len(out),
-            tokens_generated=int(out.completion_lengths.sum()),
-            prompt_tokens=out.prompt_tokens,
-            padded_generation_tokens=out.padded_tokens,
-            reward_calls=len(texts),
-        )
-        per_group = rewards.reshape(len(prompts), g.group_size)
-        metrics = {
-            "reward/mean": float(rewards.mean()),
-            "reward/correct_rate": float(correct.mean()),
-            "reward/zero_variance_groups": float((per_group.std(1) == 0).mean()),
-            "reward/failures": float(self.scorer.counts.failures),
-            "generation/mean_length": float(out.completion_lengths.mean()),
-            "generation/stop_rate": float(np.mean([f == "stop" for f in out.finish_reasons])),
-            "generation/entropy": float(out.entropies.mean()),
-        }
+        batch, metrics = self.maker.make(indices, self.next_group, self.meter)
+        self.next_group += len(indices)
         return batch, metrics
 
     def train_iteration(self) -> dict[str, Any]:
@@ -331,129 +297,10 @@ class SyncTrainer:
         truncate_log(self.run_dir, self.iteration)
         log.info("resumed %s at iteration %d", self.run_dir, self.iteration)
 
-    # ------------------------------------------------------------------ the run
-    def _spent(self) -> float:
-        """Compute spent so far on `train.budget_basis` (the axis of budgets and eval intervals)."""
-        return cost_on_basis(self.config.train.budget_basis, self.meter.metrics())
-
-    def _done(self) -> bool:
-        t = self.config.train
-        if self.iteration >= t.iterations:
-            return True
-        if t.compute_seconds is not None and self.meter.total_seconds >= t.compute_seconds:
-            return True
-        return t.compute_budget is not None and self._spent() >= t.compute_budget
-
-    def _crossed(self, spent_before: float) -> bool:
-        """True when this iteration's compute crossed a multiple of `eval.every_compute`."""
-        step = self.config.eval.every_compute
-        return step is not None and int(self._spent() // step) > int(spent_before // step)
-
-    def _eval_record(self, logger: MetricsLogger) -> dict[str, Any]:
-        metrics = self.evaluate()
-        record: dict[str, Any] = {
-            "kind": "eval",
-            "iteration": self.iteration,
-            "steps": self.learner.version,
-            **self.meter.metrics(),
-            **metrics,
-        }
-        self.evals.append({"iteration": self.iteration, **record})
-        logger.log(record)
-        return record
-
-    def run(
-        self,
-        *,
-        resume: bool = False,
-        on_iteration: Callable[[SyncTrainer, dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        """Train until the iteration or compute budget; write summary.json; return it."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume:
-            self.load_checkpoint()
-        elif (self.run_dir / "metrics.jsonl").exists():
-            (self.run_dir / "metrics.jsonl").unlink()
-        (self.run_dir / "config.yaml").write_text(
-            yaml.safe_dump(self.config.to_dict(), sort_keys=False)
-        )
-        logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
-        every, ckpt = self.config.eval.every, self.config.log.checkpoint_every
-        at_boundary = True
-        try:
-            if not self.evals:
-                self._eval_record(logger)
-            while not self._done():
-                at_boundary = False
-                spent_before = self._spent()
-                record = self.train_iteration()
-                record = {
-                    "kind": "train",
-                    "iteration": self.iteration,
-                    "steps": self.learner.version,
-                    **record,
-                    **self.meter.metrics(),
-                }
-                logger.log(record)
-                at_boundary = True
-                if self.iteration % every == 0 or self._done() or self._crossed(spent_before):
-                    record.update(self._eval_record(logger))
-                if ckpt and self.iteration % ckpt == 0:
-                    self.save_checkpoint()
-                if on_iteration is not None:
-                    on_iteration(self, record)
-            if self.evals[-1]["iteration"] != self.iteration:
-                self._eval_record(logger)
-        except KeyboardInterrupt:
-            if at_boundary:
-                self.save_checkpoint()
-                log.warning(
-                    "interrupted after iteration %d; checkpoint saved, resume with --resume",
-                    self.iteration,
-                )
-            raise
-        finally:
-            logger.close()
-            self.scorer.close()
-        self.save_checkpoint()
-        summary = self.summary()
-        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
-        return summary
-
-    def summary(self) -> dict[str, Any]:
-        first, last = self.evals[0], self.evals[-1]
-        accuracies = [e["eval/accuracy"] for e in self.evals]
-        return {
-            "name": self.config.name,
-            "strategy": self.config.replay.strategy,
-            "loss": self.config.algorithm.loss,
-            "base_accuracy": first["eval/accuracy"],
-            "final_accuracy": last["eval/accuracy"],
-            "best_accuracy": max(accuracies),
-            "final_eval": {k: v for k, v in last.items() if k.startswith("eval/")},
-            "iterations": self.iteration,
-            "steps": self.learner.version,
-            "compute_seconds": {"total": self.meter.total_seconds, **self.meter.seconds},
-            "mu": self.meter.mu,
-            "flops": self.meter.flops,
-            "counts": dict(self.meter.counts),
-            "reward_failures": vars(self.scorer.counts),
-            "wall_seconds": time.perf_counter() - self.wall_start,
-            "evals": [
-                {
-                    "iteration": e["iteration"],
-                    "steps": e["steps"],
-                    "compute_seconds": e["compute/seconds"],
-                    "accuracy": e["eval/accuracy"],
-                }
-                for e in self.evals
-            ],
-        }
-
 
 def train(config: Config, **kwargs: Any) -> dict[str, Any]:
     """Build a `SyncTrainer` from `config` and run it."""
     return SyncTrainer(config).run(**kwargs)
 
 
-__all__ = ["SyncTrainer", "build_task", "train"]
+__all__ = ["CHECKPOINT_DIR", "SUMMARY_FILE", "SyncTrainer", "build_task", "train"]

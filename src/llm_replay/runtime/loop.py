@@ -1,0 +1,188 @@
+"""The run loop every runtime shares: budgets, evaluation cadence, logging, checkpoints, summary.
+
+A runtime (`SyncTrainer`, `ThreadedTrainer`, `RayTrainer`) supplies one training iteration, an
+evaluation of the current weights, and checkpoint save/load; `RunLoop.run` turns those into a run
+that stops on its iteration or compute budget, evaluates on schedule, saves on Ctrl-C at an
+iteration boundary, and writes `summary.json`. Keeping this in one place is what makes the three
+runtimes' logs and summaries directly comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llm_replay.config import Config
+from llm_replay.metrics import ComputeMeter, MetricsLogger
+from llm_replay.metrics.compute import cost_on_basis
+
+log = logging.getLogger(__name__)
+CHECKPOINT_DIR = "checkpoint"
+SUMMARY_FILE = "summary.json"
+
+
+class RunLoop:
+    """Base of every runtime. Subclasses set the attributes below and implement the hooks."""
+
+    config: Config
+    run_dir: Path
+    meter: ComputeMeter
+    iteration: int
+    evals: list[dict[str, Any]]
+    wall_start: float
+
+    def _init_loop(self, config: Config, run_dir: Path | None) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir) if run_dir is not None else config.run_dir
+        self.iteration = 0
+        self.evals = []
+        self.wall_start = time.perf_counter()
+
+    # ------------------------------------------------------------------ hooks
+    @property
+    def steps(self) -> int:
+        """Gradient steps taken (the learner's policy version)."""
+        raise NotImplementedError
+
+    def train_iteration(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def evaluate(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def save_checkpoint(self) -> Path:
+        raise NotImplementedError
+
+    def load_checkpoint(self) -> None:
+        raise NotImplementedError
+
+    def reward_failures(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the runtime holds (reward threads, workers, actors); called once at the end."""
+
+    # ------------------------------------------------------------------ the run
+    def _spent(self) -> float:
+        """Compute spent so far on `train.budget_basis` (the axis of budgets and eval intervals)."""
+        return cost_on_basis(self.config.train.budget_basis, self.meter.metrics())
+
+    def _done(self) -> bool:
+        t = self.config.train
+        if self.iteration >= t.iterations:
+            return True
+        if t.compute_seconds is not None and self.meter.total_seconds >= t.compute_seconds:
+            return True
+        return t.compute_budget is not None and self._spent() >= t.compute_budget
+
+    def _crossed(self, spent_before: float) -> bool:
+        """True when this iteration's compute crossed a multiple of `eval.every_compute`."""
+        step = self.config.eval.every_compute
+        return step is not None and int(self._spent() // step) > int(spent_before // step)
+
+    def _eval_record(self, logger: MetricsLogger) -> dict[str, Any]:
+        metrics = self.evaluate()
+        record: dict[str, Any] = {
+            "kind": "eval",
+            "iteration": self.iteration,
+            "steps": self.steps,
+            **self.meter.metrics(),
+            **metrics,
+        }
+        self.evals.append({"iteration": self.iteration, **record})
+        logger.log(record)
+        return record
+
+    def run(
+        self,
+        *,
+        resume: bool = False,
+        on_iteration: Callable[[Any, dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Train until the iteration or compute budget; write summary.json; return it."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            self.load_checkpoint()
+        elif (self.run_dir / "metrics.jsonl").exists():
+            (self.run_dir / "metrics.jsonl").unlink()
+        (self.run_dir / "config.yaml").write_text(
+            yaml.safe_dump(self.config.to_dict(), sort_keys=False)
+        )
+        logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
+        every, ckpt = self.config.eval.every, self.config.log.checkpoint_every
+        at_boundary = True
+        try:
+            if not self.evals:
+                self._eval_record(logger)
+            while not self._done():
+                at_boundary = False
+                spent_before = self._spent()
+                record = self.train_iteration()
+                record = {
+                    "kind": "train",
+                    "iteration": self.iteration,
+                    "steps": self.steps,
+                    **record,
+                    **self.meter.metrics(),
+                }
+                logger.log(record)
+                at_boundary = True
+                if self.iteration % every == 0 or self._done() or self._crossed(spent_before):
+                    record.update(self._eval_record(logger))
+                if ckpt and self.iteration % ckpt == 0:
+                    self.save_checkpoint()
+                if on_iteration is not None:
+                    on_iteration(self, record)
+            if self.evals[-1]["iteration"] != self.iteration:
+                self._eval_record(logger)
+            self.save_checkpoint()
+            summary = self.summary()
+        except KeyboardInterrupt:
+            if at_boundary:
+                self.save_checkpoint()
+                log.warning(
+                    "interrupted after iteration %d; checkpoint saved, resume with --resume",
+                    self.iteration,
+                )
+            raise
+        finally:
+            logger.close()
+            self.close()
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
+        return summary
+
+    def summary(self) -> dict[str, Any]:
+        first, last = self.evals[0], self.evals[-1]
+        accuracies = [e["eval/accuracy"] for e in self.evals]
+        return {
+            "name": self.config.name,
+            "strategy": self.config.replay.strategy,
+            "loss": self.config.algorithm.loss,
+            "base_accuracy": first["eval/accuracy"],
+            "final_accuracy": last["eval/accuracy"],
+            "best_accuracy": max(accuracies),
+            "final_eval": {k: v for k, v in last.items() if k.startswith("eval/")},
+            "iterations": self.iteration,
+            "steps": self.steps,
+            "compute_seconds": {"total": self.meter.total_seconds, **self.meter.seconds},
+            "mu": self.meter.mu,
+            "flops": self.meter.flops,
+            "counts": dict(self.meter.counts),
+            "reward_failures": self.reward_failures(),
+            "wall_seconds": time.perf_counter() - self.wall_start,
+            "evals": [
+                {
+                    "iteration": e["iteration"],
+                    "steps": e["steps"],
+                    "compute_seconds": e["compute/seconds"],
+                    "accuracy": e["eval/accuracy"],
+                }
+                for e in self.evals
+            ],
+        }

@@ -1,0 +1,104 @@
+"""Making rollouts: which prompts come next, and how a group of completions becomes a batch.
+
+Shared by every runtime. `prompt_indices` is a pure function of (seed, cursor), so a run's prompt
+order survives checkpoints and does not depend on who generates. `RolloutMaker` turns prompt
+indices into a scored `RolloutBatch` with advantages computed once, at generation (the papers'
+convention), charging seconds and counts to the `ComputeMeter` it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from llm_replay.algorithms.advantages import group_advantages
+from llm_replay.generation import Generator, SamplingParams
+from llm_replay.metrics import ComputeMeter
+from llm_replay.rollout import RolloutBatch
+from llm_replay.tasks import Problem, SafeScorer
+
+
+def prompt_indices(seed: int, num_prompts: int, start: int, count: int) -> np.ndarray:
+    """Prompts `start .. start+count` of the run: consecutive slices of a seeded permutation per
+    epoch of `num_prompts` train problems."""
+    out: list[int] = []
+    while len(out) < count:
+        epoch, offset = divmod(start + len(out), num_prompts)
+        perm = np.random.default_rng([seed, epoch]).permutation(num_prompts)
+        out.extend(perm[offset : offset + count - len(out)].tolist())
+    return np.asarray(out, dtype=np.int64)
+
+
+class RolloutMaker:
+    """Generate `group_size` completions per prompt, score them, compute group advantages."""
+
+    def __init__(
+        self,
+        *,
+        generator: Generator,
+        tokenizer: Any,
+        problems: Sequence[Problem],
+        prompts: Sequence[Sequence[int]],
+        scorer: SafeScorer,
+        sampling: SamplingParams,
+        group_size: int,
+        advantage: str,
+        correct_threshold: float,
+    ) -> None:
+        self.generator = generator
+        self.tokenizer = tokenizer
+        self.problems = problems
+        self.prompts = prompts
+        self.scorer = scorer
+        self.sampling = sampling
+        self.group_size = group_size
+        self.advantage = advantage
+        self.correct_threshold = correct_threshold
+
+    def make(
+        self, indices: np.ndarray, first_group: int, meter: ComputeMeter
+    ) -> tuple[RolloutBatch, dict[str, float]]:
+        """Rollouts for the prompts at `indices`; group ids are `first_group + position`."""
+        problems = [self.problems[i] for i in indices]
+        prompts = [self.prompts[i] for i in indices]
+        with meter.time("generation"):
+            out = self.generator.generate(prompts, self.group_size, self.sampling)
+        with meter.time("scoring"):
+            texts = self.tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
+            rewards = self.scorer.score(texts, [problems[i] for i in out.prompt_index])
+        correct = rewards >= self.correct_threshold
+        groups = first_group + out.prompt_index
+        batch = RolloutBatch.from_flat(
+            prompt_ids=np.concatenate([np.asarray(prompts[i], np.int32) for i in out.prompt_index]),
+            prompt_lengths=np.asarray([len(prompts[i]) for i in out.prompt_index], np.int32),
+            completion_ids=out.completion_ids,
+            completion_lengths=out.completion_lengths,
+            behaviour_logprobs=out.behaviour_logprobs,
+            rewards=rewards,
+            group_ids=groups,
+            policy_versions=np.full(len(out), out.policy_version, np.int64),
+            correct=correct.astype(np.int8),
+            finish_reasons=out.finish_reasons,
+        )
+        batch = batch.with_advantages(group_advantages(rewards, groups, self.advantage))
+        meter.add(
+            prompts_generated=len(prompts),
+            rollouts_generated=len(out),
+            tokens_generated=int(out.completion_lengths.sum()),
+            prompt_tokens=out.prompt_tokens,
+            padded_generation_tokens=out.padded_tokens,
+            reward_calls=len(texts),
+        )
+        per_group = rewards.reshape(len(prompts), self.group_size)
+        metrics = {
+            "reward/mean": float(rewards.mean()),
+            "reward/correct_rate": float(correct.mean()),
+            "reward/zero_variance_groups": float((per_group.std(1) == 0).mean()),
+            "reward/failures": float(self.scorer.counts.failures),
+            "generation/mean_length": float(out.completion_lengths.mean()),
+            "generation/stop_rate": float(np.mean([f == "stop" for f in out.finish_reasons])),
+            "generation/entropy": float(out.entropies.mean()),
+        }
+        return batch, metrics
