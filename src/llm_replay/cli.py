@@ -43,9 +43,9 @@ def run_training(
     config: Any, *, resume: bool = False, show_progress: bool = True
 ) -> dict[str, Any]:
     """Train with a live progress bar (accuracy, reward, μ, buffer size); returns the summary."""
-    from llm_replay.runtime import SyncTrainer
+    from llm_replay.runtime import build_trainer
 
-    trainer = SyncTrainer(config)
+    trainer = build_trainer(config)
     state = {"accuracy": trainer.evals[-1]["eval/accuracy"] if trainer.evals else float("nan")}
     if not show_progress or not config.log.progress:
         return trainer.run(resume=resume)
@@ -66,12 +66,24 @@ def run_training(
                     else ""
                 )
                 + f"buffer {int(record.get('buffer/size', 0))}  {record['compute/seconds']:.0f}s compute"
+                + _async_status(record)
             )
             progress.update(bar, completed=tr.iteration, status=status)
 
         summary = trainer.run(resume=resume, on_iteration=update)
         progress.update(bar, completed=summary["iterations"])
     return summary
+
+
+def _async_status(record: dict[str, Any]) -> str:
+    """Utilisation of an async run: idle shares, rollouts in and samples out per second."""
+    if "async/generator_idle_fraction" not in record:
+        return ""
+    return (
+        f"  gen idle {100 * record['async/generator_idle_fraction']:.0f}%"
+        f"  learner idle {100 * record['async/learner_idle_fraction']:.0f}%"
+        f"  in {record['async/rollouts_in_per_s']:.0f}/s out {record['async/samples_out_per_s']:.0f}/s"
+    )
 
 
 def print_summary(summaries: list[dict[str, Any]]) -> None:

@@ -46,7 +46,7 @@ def _check_basis(key: str, basis: str) -> None:
 class ModelConfig:
     path: str = "builtin:tiny-chain-sum"
     device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     chat_template: Literal["auto", "on", "off"] = "auto"
 
     def check(self) -> None:
@@ -282,9 +282,39 @@ class LogConfig:
 
 
 @dataclass
+class WorkersConfig:
+    """Asynchronous runtimes (`threaded`, `ray`): generation workers, limiter band, placement."""
+
+    count: int = 2
+    error_buffer: float | None = None
+    publish_every: int = 1
+    device: str | None = None
+    cpus_per_worker: float = 0.5
+    gpus_per_worker: float = 0.0
+    learner_cpus: float = 1.0
+    learner_gpus: float = 0.0
+    ray_address: str | None = None
+    max_restarts: int = 3
+
+    def check(self) -> None:
+        _positive("count", self.count)
+        if self.error_buffer is not None:
+            _positive("error_buffer", self.error_buffer)
+        _positive("publish_every", self.publish_every)
+        if self.device is not None and not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
+        for name in ("cpus_per_worker", "gpus_per_worker", "learner_cpus", "learner_gpus"):
+            _positive(name, getattr(self, name), zero_ok=True)
+        _positive("max_restarts", self.max_restarts, zero_ok=True)
+
+
+ASYNC_STRATEGIES = ("on_policy", "uniform", "positive")
+
+
+@dataclass
 class Config:
     name: str = "run"
-    runtime: Literal["sync"] = "sync"
+    runtime: Literal["sync", "threaded", "ray"] = "sync"
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
@@ -294,10 +324,22 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
 
     def check(self) -> None:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name = {self.name!r}: must be a non-empty name without '/'")
+        if self.runtime != "sync":
+            if self.replay.strategy not in ASYNC_STRATEGIES:
+                raise ConfigError(
+                    f"replay.strategy = {self.replay.strategy!r}: runtime={self.runtime} supports "
+                    f"{list(ASYNC_STRATEGIES)} (fresh-anchored, RLEP and auto batches need the "
+                    "sync loop's iteration structure)"
+                )
+            if self.generation.dynamic_sampling:
+                raise ConfigError(
+                    f"generation.dynamic_sampling = true: not supported by runtime={self.runtime}"
+                )
         if self.replay.strategy == "on_policy" and self.replay.replay_ratio != 1.0:
             raise ConfigError(
                 f"replay.replay_ratio = {self.replay.replay_ratio}: on_policy uses each rollout once"

@@ -114,7 +114,7 @@ class Learner:
         s = self.settings
         self.model.train()
         chunks = [self._tensors(sample, rows) for rows in self._micro_batches(sample)]
-        full_mask = torch.from_numpy(sample.loss_mask).float()
+        full_mask = torch.tensor(sample.loss_mask, dtype=torch.float32)  # may be read-only
         denominator = normalizer(s.aggregation, full_mask, s.sum_norm_length)
         proximal = None
         if s.loss in NEEDS_PROXIMAL:

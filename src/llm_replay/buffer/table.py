@@ -347,6 +347,34 @@ class ReplayTable:
         self._evictions[reason] += len(unique)
 
     # ----------------------------------------------------------------- blocking
+    def wait_for_insert(self, n: int, *, timeout: float | None = None) -> bool:
+        """Block until an insert of `n` rollouts would be admitted; False on timeout.
+
+        With `insert(..., timeout=0)` this splits waiting (idle time) from inserting (table
+        time), and lets a caller make the insert atomic with its own bookkeeping.
+        """
+        m = _batch_size(n)
+        self.rate_limiter.check_insert_size(m)
+        return self._try_wait(
+            lambda: self.rate_limiter.can_insert(m, self.size, self._inserts, self._samples),
+            _timeout(timeout),
+            f"insert of {m} rollouts",
+        )
+
+    def wait_for_sample(self, n: int, *, timeout: float | None = None) -> bool:
+        """Block until a sample of `n` rollouts would be admitted; False on timeout."""
+        m = _batch_size(n)
+        self.rate_limiter.check_sample_size(m)
+        return self._try_wait(lambda: self._can_sample(m), _timeout(timeout), f"sample of {m}")
+
+    def _try_wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> bool:
+        with self._cond:
+            try:
+                self._wait(ready, timeout, what)
+            except RateLimiterTimeout:
+                return False
+            return True
+
     def _wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

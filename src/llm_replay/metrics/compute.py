@@ -54,6 +54,13 @@ class ComputeMeter:
                 raise ValueError(f"count {name!r}: choose one of {COUNTS}")
             self.counts[name] += int(value)
 
+    def merge(self, other: ComputeMeter) -> None:
+        """Add another meter's seconds and counts (a worker's, for one delivered item)."""
+        for role, seconds in other.seconds.items():
+            self.seconds[role] += seconds
+        for name, value in other.counts.items():
+            self.counts[name] += value
+
     @property
     def total_seconds(self) -> float:
         return sum(self.seconds.values())

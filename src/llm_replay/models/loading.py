@@ -41,13 +41,22 @@ def resolve_model_path(path: str) -> Path:
     return resolved
 
 
-def load_policy(path: str, *, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
-    """(model, tokenizer) from a local directory, on `device`, weights in `dtype`."""
+def resolve_dtype(dtype: str, device: str) -> str:
+    """`auto` means bfloat16 on CUDA and float32 on the CPU; any other name passes through."""
+    if dtype == "auto":
+        return "bfloat16" if device.startswith("cuda") else "float32"
+    return dtype
+
+
+def load_policy(path: str, *, device: str = "cpu", dtype: str = "auto") -> tuple[Any, Any]:
+    """(model, tokenizer) from a local directory, on `device`, weights in `dtype` (see
+    `resolve_dtype` for `auto`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     directory = resolve_model_path(path)
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    dtype = resolve_dtype(dtype, device)
     if dtype not in torch_dtype:
         raise ModelLoadError(f"model.dtype = {dtype!r}: choose one of {sorted(torch_dtype)}")
     try:

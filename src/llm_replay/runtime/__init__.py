@@ -1,6 +1,27 @@
-"""Runtimes: the synchronous loop (deterministic), with replay strategies and checkpoints."""
+"""Runtimes: the synchronous loop (deterministic), threaded workers on one machine, Ray actors on a
+cluster — all driven by the same run loop, strategies and checkpoints."""
 
+from __future__ import annotations
+
+from pathlib import Path
+
+from llm_replay.config import Config
+from llm_replay.runtime.loop import RunLoop
 from llm_replay.runtime.strategies import build_strategy
 from llm_replay.runtime.sync import SyncTrainer, build_task, train
 
-__all__ = ["SyncTrainer", "build_strategy", "build_task", "train"]
+
+def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
+    """The trainer for `config.runtime`: sync, threaded, or ray (needs `llm-replay[ray]`)."""
+    if config.runtime == "threaded":
+        from llm_replay.runtime.threaded import ThreadedTrainer
+
+        return ThreadedTrainer(config, run_dir=run_dir)
+    if config.runtime == "ray":
+        from llm_replay.runtime.ray import RayTrainer
+
+        return RayTrainer(config, run_dir=run_dir)
+    return SyncTrainer(config, run_dir=run_dir)
+
+
+__all__ = ["RunLoop", "SyncTrainer", "build_strategy", "build_task", "build_trainer", "train"]

@@ -54,6 +54,15 @@ def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
     optimizer.load_state_dict({"state": per_param, "param_groups": groups})
 
 
+def save_learner_files(
+    directory: Path, *, model: Any, optimizer: torch.optim.Optimizer, rng: torch.Generator
+) -> None:
+    """The learner's part of a checkpoint (weights, optimizer, sampling RNG) into `directory`."""
+    save_model(model, str(directory / "model.safetensors"))
+    save_optimizer(optimizer, directory)
+    save_file({"generator": rng.get_state()}, str(directory / "rng.safetensors"))
+
+
 def save_training_checkpoint(
     target: Path,
     *,
@@ -65,9 +74,7 @@ def save_training_checkpoint(
 ) -> Path:
     """Write everything needed to resume; `save_replay(directory)` writes the strategy's part."""
     with atomic_directory(target) as tmp:
-        save_model(model, str(tmp / "model.safetensors"))
-        save_optimizer(optimizer, tmp)
-        save_file({"generator": rng.get_state()}, str(tmp / "rng.safetensors"))
+        save_learner_files(tmp, model=model, optimizer=optimizer, rng=rng)
         (tmp / "replay").mkdir()
         save_replay(tmp / "replay")
         (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))

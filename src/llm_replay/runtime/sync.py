@@ -276,15 +276,21 @@ class SyncTrainer(RunLoop):
             optimizer=self.learner.optimizer,
             rng=self.generator.rng,
             state=self._state(),
-            save_replay=self.strategy.save,
+            save_replay=self._save_replay,
         )
+
+    def _save_replay(self, directory: Path) -> None:
+        self.strategy.save(directory)
+
+    def _load_replay(self, directory: Path, state: dict[str, Any]) -> None:
+        self.strategy.load(directory)
 
     def load_checkpoint(self) -> None:
         source = self.run_dir / CHECKPOINT_DIR
         state = load_training_checkpoint(
             source, model=self.model, optimizer=self.learner.optimizer, rng=self.generator.rng
         )
-        self.strategy.load(source / "replay")
+        self._load_replay(source / "replay", state)
         self.iteration = int(state["iteration"])
         self.next_group = int(state["next_group"])
         self.prompts_drawn = int(state["prompts_drawn"])

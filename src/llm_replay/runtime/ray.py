@@ -1,0 +1,356 @@
+"""The Ray runtime: the table, the generation workers and the learner as Ray actors.
+
+The driver (this process) coordinates and owns no model. It hands out work items, passes each
+worker the newest weights' object reference with its item (weights are published to the object
+store by the learner; a worker fetches them only when the version is newer than its own), and
+sends each returned batch to the table actor by reference, so rollouts go from worker to table
+through the object store without passing through the driver. The learner actor runs gradient
+steps on batches it samples from the table actor. The table's rate limiter couples the two sides
+exactly as in the threaded runtime.
+
+Delivery is exactly-once: a rollout counts as delivered when the table acknowledges the insert
+of the batch a worker returned. If a worker dies, its item has not been inserted (its result never
+came back), so the item is handed out again and a fresh actor takes the dead one's place (up to
+`workers.max_restarts` times per worker); nothing in the table is lost or doubled.
+
+Placement is by Ray resources (`workers.cpus_per_worker`, `gpus_per_worker`, `learner_cpus`,
+`learner_gpus`): the same config runs on one CPU box or on a GPU cluster joined with
+`ray start --head` / `--address` and `workers.ray_address`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+
+from llm_replay.buffer.checkpoint import DONE, CheckpointError, atomic_directory
+from llm_replay.buffer.rate_limit import TableClosed
+from llm_replay.config import Config
+from llm_replay.metrics import ComputeMeter, RoleClock, truncate_log
+from llm_replay.runtime.ingest import WorkItem, WorkPlan, steps_per_iteration
+from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop
+from llm_replay.runtime.protocols import WorkerHealth
+from llm_replay.runtime.ray_actors import GenerationActor, LearnerActor, TableActor
+from llm_replay.runtime.threaded import TABLE_DIR, WorkerError
+
+log = logging.getLogger(__name__)
+POLL_SECONDS = 0.02
+
+
+def _actor(cls: type, **options: Any) -> Any:
+    """`ray.remote(cls).options(...)`, typed loosely: Ray's stubs do not model actor methods."""
+    remote: Any = ray.remote(cls)
+    return remote.options(**options)
+
+
+@dataclass
+class _Pending:
+    kind: str  # "generate" or "deliver"
+    worker: int
+    item: WorkItem
+    batch: Any = None
+    info: dict[str, Any] | None = None
+
+
+class RayWorkerHandle:
+    """Driver-side `RolloutWorker` for one generation actor: start, stop, restart, health."""
+
+    def __init__(self, index: int, config: Config, config_dict: dict[str, Any]) -> None:
+        self.index, self.config, self.config_dict = index, config, config_dict
+        self.actor: Any = None
+        self.restarts = 0
+        self.items_delivered = 0
+        self.rollouts_delivered = 0
+        self.busy_seconds = 0.0
+        self.idle_seconds = 0.0
+        self.policy_version = -1
+        self.target_version = -1
+        self.error: str | None = None
+
+    def start(self) -> None:
+        w = self.config.workers
+        remote = _actor(GenerationActor, num_cpus=w.cpus_per_worker, num_gpus=w.gpus_per_worker)
+        seed = self.config.train.seed * 1009 + 7 * (self.index + 1) + 104729 * self.restarts
+        self.actor = remote.remote(self.config_dict, self.index, seed)
+
+    def stop(self, timeout: float | None = None) -> None:
+        if self.actor is not None:
+            ray.kill(self.actor, no_restart=True)
+            self.actor = None
+
+    def restart(self, reason: str) -> None:
+        if self.restarts >= self.config.workers.max_restarts:
+            raise WorkerError(
+                f"generation worker {self.index} died {self.restarts + 1} times "
+                f"(workers.max_restarts = {self.config.workers.max_restarts}): {reason}"
+            )
+        log.warning("generation worker %d died (%s); restarting it", self.index, reason)
+        self.stop()
+        self.restarts += 1
+        self.policy_version = -1
+        self.start()
+
+    def update_weights(self, version: int) -> bool:
+        """Weights are pushed with the next work item; records the version it will move to."""
+        changed = version > self.target_version
+        self.target_version = max(self.target_version, version)
+        return changed
+
+    def health(self) -> WorkerHealth:
+        alive = False
+        if self.actor is not None:
+            try:
+                ray.get(self.actor.ping.remote(), timeout=10)
+                alive = True
+            except (RayActorError, ray.exceptions.GetTimeoutError) as error:
+                self.error = str(error)
+        return WorkerHealth(
+            worker=self.index,
+            alive=alive,
+            policy_version=self.policy_version,
+            items_delivered=self.items_delivered,
+            rollouts_delivered=self.rollouts_delivered,
+            busy_seconds=self.busy_seconds,
+            idle_seconds=self.idle_seconds,
+            restarts=self.restarts,
+            error=self.error,
+        )
+
+
+class RayTrainer(RunLoop):
+    """Coordinates table, workers and learner actors; the shared run loop does the rest."""
+
+    def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
+        self._init_loop(config, run_dir)
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            ray.init(address=config.workers.ray_address, include_dashboard=False)
+        self.config_dict = config.to_dict()
+        w = config.workers
+        self.table: Any = _actor(TableActor, max_concurrency=64, num_cpus=0).remote(
+            self.config_dict
+        )
+        self.learner: Any = _actor(
+            LearnerActor, num_cpus=w.learner_cpus, num_gpus=w.learner_gpus, max_concurrency=2
+        ).remote(self.config_dict, str(self.run_dir), self.table)
+        self.meter = ComputeMeter(parameters=ray.get(self.learner.parameters.remote()))
+        self.clock = RoleClock()
+        self.plan = WorkPlan(config.generation.prompts_per_step)
+        self.steps_per_iteration = steps_per_iteration(config)
+        self.workers = [RayWorkerHandle(i, config, self.config_dict) for i in range(w.count)]
+        self._pending: dict[Any, _Pending] = {}
+        self._busy_workers: set[int] = set()
+        self._fresh_metrics: list[dict[str, float]] = []
+        self._steps = 0
+        self._started = False
+        self._reward_failures = 0
+        self.delivered_rollouts = 0
+        self.final_table_inserts: int | None = None
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    # ------------------------------------------------------------------ coordination
+    def _start(self) -> None:
+        if self._started:
+            return
+        for worker in self.workers:
+            worker.start()
+        self.clock.start()
+        self._started = True
+
+    def _dispatch(self) -> None:
+        if not self._started:
+            return
+        weights = None
+        for worker in self.workers:
+            if worker.index in self._busy_workers:
+                continue
+            if weights is None:
+                weights = ray.get(self.learner.latest_weights.remote())
+            worker.update_weights(weights[0])
+            item = self.plan.take()
+            batch_ref, info_ref = worker.actor.generate.options(num_returns=2).remote(
+                asdict(item), weights
+            )
+            self._pending[info_ref] = _Pending("generate", worker.index, item, batch=batch_ref)
+            self._busy_workers.add(worker.index)
+
+    def _pump(self, timeout: float = POLL_SECONDS) -> None:
+        """Hand out work to idle workers; route finished generations to the table; account."""
+        self._dispatch()
+        if not self._pending:
+            time.sleep(timeout)
+            return
+        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=timeout)
+        for ref in ready:
+            self._complete(ref, self._pending.pop(ref))
+
+    def _complete(self, ref: Any, pending: _Pending) -> None:
+        worker = self.workers[pending.worker]
+        if pending.kind == "generate":
+            try:
+                info = ray.get(ref)
+            except (RayActorError, RayTaskError) as error:
+                self.plan.give_back(pending.item)
+                self._busy_workers.discard(worker.index)
+                if isinstance(error, RayTaskError) and not isinstance(error, RayActorError):
+                    raise WorkerError(
+                        f"generation worker {worker.index} failed: {error}"
+                    ) from error
+                worker.restart(type(error).__name__)
+                return
+            deliver = self.table.deliver.remote(pending.batch, pending.item.item_id)
+            self._pending[deliver] = _Pending("deliver", worker.index, pending.item, info=info)
+            return
+        try:
+            delivery = ray.get(ref)
+        except RayTaskError as error:
+            if isinstance(getattr(error, "cause", None), TableClosed):
+                return
+            raise
+        info = pending.info
+        assert info is not None
+        self.plan.complete([pending.item.item_id])
+        self._busy_workers.discard(worker.index)
+        meter = ComputeMeter()
+        meter.load_state_dict(info["meter"])
+        self.meter.merge(meter)
+        self._fresh_metrics.append(info["metrics"])
+        self._reward_failures += int(info["reward_failures"])
+        busy = float(info["busy"]) + delivery["table_seconds"]
+        worker.items_delivered += 1
+        worker.rollouts_delivered += int(delivery["rollouts"])
+        worker.busy_seconds += busy
+        worker.idle_seconds += delivery["idle_seconds"]
+        worker.policy_version = int(info["policy_version"])
+        self.delivered_rollouts += int(delivery["rollouts"])
+        self.clock.add(
+            "generator",
+            busy=busy,
+            idle=delivery["idle_seconds"],
+            table=delivery["table_seconds"],
+            weight_sync=float(info["weight_sync"]),
+            rollouts_in=int(delivery["rollouts"]),
+        )
+
+    def _wait_for(self, ref: Any) -> Any:
+        """`ray.get(ref)`, keeping the workers fed while it runs."""
+        while not ray.wait([ref], timeout=0)[0]:
+            self._pump()
+        return ray.get(ref)
+
+    # ------------------------------------------------------------------ RunLoop hooks
+    def train_iteration(self) -> dict[str, Any]:
+        self._start()
+        steps = self._wait_for(self.learner.train_steps.remote(self.steps_per_iteration))
+        for step in steps:
+            busy = step.pop("_busy")
+            self.meter.seconds["training"] += busy
+            self.meter.add(
+                rollouts_trained=int(step["_rollouts"]),
+                tokens_trained=int(step["train/tokens"]),
+                completion_tokens_trained=int(step["train/completion_tokens"]),
+                forward_only_tokens=int(step["train/forward_only_tokens"]),
+                gradient_steps=1,
+            )
+            self.clock.add(
+                "learner",
+                busy=busy,
+                idle=step.pop("_idle"),
+                table=step.pop("_table"),
+                weight_sync=step.pop("_weight_sync"),
+                samples_out=int(step.pop("_rollouts")),
+            )
+        self._steps += len(steps)
+        self.iteration += 1
+        fresh, self._fresh_metrics = self._fresh_metrics, []
+        record: dict[str, Any] = {}
+        for source in (fresh, steps):
+            for key in sorted({k for s in source for k in s}):
+                values = [s[key] for s in source if key in s]
+                record[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
+        record["train/steps_this_iteration"] = float(len(steps))
+        record.update(ray.get(self.table.stats.remote()))
+        record["async/workers_alive"] = float(len(self.workers))
+        record["async/worker_restarts"] = float(sum(w.restarts for w in self.workers))
+        record.update(self.clock.metrics())
+        return record
+
+    def evaluate(self) -> dict[str, float]:
+        metrics: dict[str, float] = self._wait_for(self.learner.evaluate.remote(self.iteration))
+        return metrics
+
+    def health(self) -> list[WorkerHealth]:
+        return [worker.health() for worker in self.workers]
+
+    def reward_failures(self) -> dict[str, int]:
+        counts: dict[str, int] = ray.get(self.learner.reward_failures.remote())
+        counts["worker_failures"] = self._reward_failures
+        return counts
+
+    def save_checkpoint(self) -> Path:
+        target = self.run_dir / CHECKPOINT_DIR
+        with atomic_directory(target) as tmp:
+            ray.get(self.learner.save.remote(str(tmp)))
+            (tmp / "replay").mkdir()
+            delivered = ray.get(self.table.save.remote(str(tmp / "replay" / TABLE_DIR)))
+            self.plan.complete(delivered)  # in the saved table, whether or not we heard yet
+            state = {
+                "iteration": self.iteration,
+                "learner_version": self._steps,
+                "meter": self.meter.state_dict(),
+                "clock": self.clock.state_dict(),
+                "evals": self.evals,
+                "work_plan": self.plan.state(),
+                "reward_worker_failures": self._reward_failures,
+            }
+            (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+        return target
+
+    def load_checkpoint(self) -> None:
+        source = self.run_dir / CHECKPOINT_DIR
+        if not (source / DONE).is_file():
+            raise CheckpointError(f"{source}: no complete checkpoint there (missing {DONE})")
+        state = json.loads((source / "state.json").read_text())
+        if "work_plan" not in state:
+            raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
+        ray.get(self.learner.load.remote(str(source), int(state["learner_version"])))
+        ray.get(self.table.load.remote(str(source / "replay" / TABLE_DIR)))
+        self.iteration = int(state["iteration"])
+        self._steps = int(state["learner_version"])
+        self.meter.load_state_dict(state["meter"])
+        self.clock.load_state_dict(state["clock"])
+        self.evals = list(state["evals"])
+        self.plan.load_state(state["work_plan"])
+        self._reward_failures = int(state["reward_worker_failures"])
+        truncate_log(self.run_dir, self.iteration)
+        log.info("resumed %s at iteration %d", self.run_dir, self.iteration)
+
+    def close(self) -> None:
+        """Stop accepting rollouts, account for every delivery already made, release the actors."""
+        self.clock.pause()
+        ray.get(self.table.close.remote())
+        for ref, pending in list(self._pending.items()):
+            if pending.kind == "deliver":
+                try:
+                    ray.wait([ref], timeout=30)
+                    self._complete(ref, pending)
+                except (RayTaskError, RayActorError):
+                    pass
+        self._pending.clear()
+        self.final_table_inserts = int(ray.get(self.table.stats.remote())["buffer/inserts"])
+        for worker in self.workers:
+            worker.stop()
+        for actor in (self.learner, self.table):
+            ray.kill(actor, no_restart=True)
+        if self._owns_ray:
+            ray.shutdown()
