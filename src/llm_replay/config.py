@@ -340,6 +340,15 @@ class Config:
                 raise ConfigError(
                     f"generation.dynamic_sampling = true: not supported by runtime={self.runtime}"
                 )
+            ratio = 1.0 if self.replay.strategy == "on_policy" else self.replay.replay_ratio
+            need = ratio * self.generation.rollouts_per_step + self.train.batch_size
+            buffer = self.workers.error_buffer
+            if buffer is not None and self.replay.strategy != "on_policy" and 2 * buffer < need:
+                raise ConfigError(
+                    f"workers.error_buffer = {buffer:g}: the band (2 × error_buffer) must hold "
+                    f"replay_ratio × rollouts_per_step + batch_size = {need:g} rollouts, or a "
+                    "blocked worker and a blocked learner could deadlock"
+                )
         if self.replay.strategy == "on_policy" and self.replay.replay_ratio != 1.0:
             raise ConfigError(
                 f"replay.replay_ratio = {self.replay.replay_ratio}: on_policy uses each rollout once"

@@ -173,3 +173,29 @@ def test_queue_under_contention_delivers_each_rollout_once() -> None:
     assert sorted(received) == sorted(inserted)
     assert len(set(received)) == len(received)
     assert table.stats().evictions["capacity_rollouts"] == 0, "a full queue blocks, never drops"
+
+
+def test_wait_for_insert_and_sample_answer_without_changing_the_table(
+    rng: np.random.Generator,
+) -> None:
+    limiter = SampleToInsertRatio(1.0, 4, error_buffer=8, max_insert_batch=4, max_sample_batch=4)
+    table = ReplayTable(1000, rate_limiter=limiter)
+    assert not table.wait_for_sample(4, timeout=0)  # nothing stored yet
+    assert table.wait_for_insert(4, timeout=0)
+    for _ in range(3):
+        table.insert(make_batch(rng, 4))
+    before = table.stats().to_dict()
+    assert not table.wait_for_insert(4, timeout=0.02)  # the limiter holds inserts back
+    assert table.wait_for_sample(4, timeout=0)
+    assert table.stats().to_dict() == before
+    with pytest.raises(ValueError, match="max_sample_batch"):
+        table.wait_for_sample(5)
+    woke: list[bool] = []
+    waiter = threading.Thread(target=lambda: woke.append(table.wait_for_insert(4, timeout=5)))
+    waiter.start()
+    table.sample(4)
+    waiter.join(5)
+    assert woke == [True]
+    table.close()
+    with pytest.raises(TableClosed):
+        table.wait_for_insert(4, timeout=0)

@@ -1,0 +1,101 @@
+"""The Ray runtime on a local two-CPU Ray: CLI run, a killed worker, async resume.
+
+Ray is started once for the module (no dashboard, temp dir under the repository's tmp/, auth off
+as these machines need) and shut down after the last test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_replay.cli import main
+from llm_replay.metrics import read_log
+from llm_replay.runtime import build_trainer
+from tests.runtime.test_sync import ROOT, TINY, tiny_config
+from tests.runtime.test_threaded import assert_checkpoint_loses_and_doubles_nothing
+
+ray = pytest.importorskip("ray")
+
+UNIFORM = ROOT / "configs" / "replay_uniform.yaml"
+RAY_CPUS = ["workers.cpus_per_worker=0.5", "workers.learner_cpus=0.5"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_ray() -> Iterator[None]:
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    temp = ROOT / "tmp" / "ray"
+    temp.mkdir(parents=True, exist_ok=True)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        _temp_dir=str(temp),
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_train_on_ray_from_the_command_line(tmp_path: Path) -> None:
+    sets = [*TINY, *RAY_CPUS, "train.iterations=3", "runtime=ray", f"log.run_dir={tmp_path}"]
+    args = ["train", str(UNIFORM), "--quiet"]
+    for item in sets:
+        args += ["--set", item]
+    assert main(args) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["iterations"] == 3 and summary["steps"] == 6
+    last = [r for r in read_log(tmp_path) if r["kind"] == "train"][-1]
+    assert last["compute/rollouts_trained"] == 6 * 16
+    assert last["async/samples_out_per_s"] > 0 and last["async/rollouts_in_per_s"] > 0
+    assert last["buffer/inserts"] >= 32
+    assert (tmp_path / "checkpoint" / "DONE").is_file()
+    assert ray.is_initialized()  # the runtime leaves a Ray it did not start running
+
+
+def test_a_killed_worker_is_restarted_and_the_table_loses_nothing(tmp_path: Path) -> None:
+    config = tiny_config(
+        UNIFORM, tmp_path, "runtime=ray", "train.iterations=6", "replay.capacity=100000", *RAY_CPUS
+    )
+    trainer: Any = build_trainer(config)
+    killed: list[int] = []
+    health: list[Any] = []
+
+    def kill_one(tr: Any, record: dict[str, Any]) -> None:
+        if record["iteration"] == 2:
+            ray.kill(tr.workers[0].actor)
+            killed.append(record["iteration"])
+        if record["iteration"] == 6:
+            health.extend(tr.health())
+
+    summary = trainer.run(on_iteration=kill_one)
+    assert killed and summary["iterations"] == 6
+    assert trainer.workers[0].restarts == 1
+    assert trainer.delivered_rollouts == trainer.final_table_inserts
+    delivered_by_workers = sum(w.rollouts_delivered for w in trainer.workers)
+    assert delivered_by_workers == trainer.final_table_inserts > 0
+    assert [h.alive for h in health] == [True, True]  # the replacement answers
+    assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", config)
+    assert health[0].restarts == 1 and health[1].restarts == 0
+
+
+def test_ray_run_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    base = ["runtime=ray", "log.checkpoint_every=1", "replay.capacity=100000", *RAY_CPUS]
+    first = tiny_config(UNIFORM, tmp_path, "train.iterations=2", *base)
+    build_trainer(first).run()
+    assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", first)
+    resumed = tiny_config(UNIFORM, tmp_path, "train.iterations=4", *base)
+    summary = build_trainer(resumed).run(resume=True)
+    assert summary["iterations"] == 4 and summary["steps"] == 8
+    after = json.loads((tmp_path / "checkpoint" / "state.json").read_text())
+    assert after["meter"]["counts"]["rollouts_trained"] == 8 * 16
+    assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", resumed)
+    iterations = [r["iteration"] for r in read_log(tmp_path) if r["kind"] == "train"]
+    assert iterations == [1, 2, 3, 4]
