@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: demo test lint bench bench-quick experiment experiment-quick format clean
+.PHONY: demo test lint bench bench-async bench-quick experiment experiment-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,9 +32,14 @@ experiment-quick: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/buffer.py --json docs/bench_buffer.json
+	$(PY) benchmarks/async_runtime.py --json docs/bench_async.json
+
+bench-async: $(STAMP)
+	$(PY) benchmarks/async_runtime.py --json docs/bench_async.json
 
 bench-quick: $(STAMP)
 	$(PY) benchmarks/buffer.py --quick
+	$(PY) benchmarks/async_runtime.py --quick
 
 format: $(STAMP)
 	$(PY) -m ruff format src tests benchmarks examples scripts
