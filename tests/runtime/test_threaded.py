@@ -166,3 +166,29 @@ def test_threaded_runtime_on_cuda_in_bfloat16(tmp_path: Path) -> None:
     assert next(trainer.model.parameters()).dtype == torch.bfloat16
     summary = trainer.run()
     assert summary["steps"] == 6 and summary["mu"] > 0
+
+
+@pytest.mark.parametrize("preset", ["on_policy", "replay_positive", "async_uniform"])
+def test_every_async_strategy_runs_threaded(preset: str, tmp_path: Path) -> None:
+    config = tiny_config(ROOT / "configs" / f"{preset}.yaml", tmp_path, "runtime=threaded")
+    config.train.iterations = 3
+    trainer = build_trainer(config)
+    summary = trainer.run()
+    assert summary["runtime"] == "threaded" and summary["iterations"] == 3
+    stats = summary["async"]
+    assert stats["buffer/samples"] == summary["steps"] * config.train.batch_size
+    if preset == "on_policy":  # the queue: each rollout trained on once, in arrival order
+        assert stats["buffer/evicted_max_times_sampled"] == stats["buffer/samples"]
+        assert summary["steps"] == 3
+
+
+def test_eval_reads_a_threaded_checkpoint(tmp_path: Path) -> None:
+    config = tiny_config(UNIFORM, tmp_path / "run", "runtime=threaded", "train.iterations=2")
+    summary = build_trainer(config).run()
+    args = ["eval", str(UNIFORM), "--checkpoint", str(tmp_path / "run"), "--json"]
+    args += [str(tmp_path / "eval.json")]
+    for item in TINY:
+        args += ["--set", item]
+    assert main(args) == 0
+    metrics = json.loads((tmp_path / "eval.json").read_text())
+    assert metrics["eval/accuracy"] == pytest.approx(summary["final_accuracy"])

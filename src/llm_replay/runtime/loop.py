@@ -65,6 +65,10 @@ class RunLoop:
     def reward_failures(self) -> dict[str, int]:
         raise NotImplementedError
 
+    def extra_summary(self) -> dict[str, Any]:
+        """Runtime-specific fields for summary.json (the async runtimes add their accounting)."""
+        return {}
+
     def close(self) -> None:
         """Release what the runtime holds (reward threads, workers, actors); called once at the end."""
 
@@ -162,6 +166,7 @@ class RunLoop:
         accuracies = [e["eval/accuracy"] for e in self.evals]
         return {
             "name": self.config.name,
+            "runtime": self.config.runtime,
             "strategy": self.config.replay.strategy,
             "loss": self.config.algorithm.loss,
             "base_accuracy": first["eval/accuracy"],
@@ -185,4 +190,5 @@ class RunLoop:
                 }
                 for e in self.evals
             ],
+            **self.extra_summary(),
         }

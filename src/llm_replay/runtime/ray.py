@@ -289,6 +289,12 @@ class RayTrainer(RunLoop):
         metrics: dict[str, float] = self._wait_for(self.learner.evaluate.remote(self.iteration))
         return metrics
 
+    def extra_summary(self) -> dict[str, Any]:
+        metrics = {**self.clock.metrics(), **ray.get(self.table.stats.remote())}
+        metrics["async/worker_restarts"] = float(sum(w.restarts for w in self.workers))
+        metrics["async/rollouts_delivered"] = float(self.delivered_rollouts)
+        return {"async": metrics}
+
     def health(self) -> list[WorkerHealth]:
         return [worker.health() for worker in self.workers]
 

@@ -347,6 +347,9 @@ class ThreadedTrainer(SyncTrainer):
         out.update(self.clock.metrics())
         return out
 
+    def extra_summary(self) -> dict[str, Any]:
+        return {"async": self.async_metrics()}
+
     def health(self) -> list[WorkerHealth]:
         return [worker.health() for worker in self.workers]
 
