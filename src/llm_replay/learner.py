@@ -192,3 +192,12 @@ class Learner:
         )
         totals["train/padded_tokens"] = float(sum(c["input_ids"].numel() for c in chunks))
         return totals
+
+
+def sample_metrics(sample: Sample) -> dict[str, float]:
+    """How stale and how reused a batch was: mean/max age in policy versions, replayed share."""
+    return {
+        "train/age_mean": float(sample.ages.mean()),
+        "train/age_max": float(sample.ages.max()),
+        "train/replayed_fraction": float((sample.times_sampled > 1).mean()),
+    }

@@ -11,7 +11,7 @@ divided by training cost per rollout trained on, as measured here.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +53,16 @@ class ComputeMeter:
             if name not in self.counts:
                 raise ValueError(f"count {name!r}: choose one of {COUNTS}")
             self.counts[name] += int(value)
+
+    def add_training_step(self, rollouts: int, step: Mapping[str, float]) -> None:
+        """Count one gradient step on `rollouts` rollouts from the learner's step metrics."""
+        self.add(
+            rollouts_trained=rollouts,
+            tokens_trained=int(step["train/tokens"]),
+            completion_tokens_trained=int(step["train/completion_tokens"]),
+            forward_only_tokens=int(step["train/forward_only_tokens"]),
+            gradient_steps=1,
+        )
 
     def merge(self, other: ComputeMeter) -> None:
         """Add another meter's seconds and counts (a worker's, for one delivered item)."""

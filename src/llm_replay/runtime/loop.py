@@ -27,6 +27,18 @@ CHECKPOINT_DIR = "checkpoint"
 SUMMARY_FILE = "summary.json"
 
 
+def summarise_steps(*sources: list[dict[str, float]]) -> dict[str, float]:
+    """One iteration's record from per-step (and per-work-item) metrics: the mean of each key,
+    the max of `..._max` keys, and how many gradient steps the last source holds."""
+    record: dict[str, float] = {}
+    for source in sources:
+        for key in sorted({k for s in source for k in s}):
+            values = [s[key] for s in source if key in s]
+            record[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
+    record["train/steps_this_iteration"] = float(len(sources[-1]) if sources else 0)
+    return record
+
+
 class RunLoop:
     """Base of every runtime. Subclasses set the attributes below and implement the hooks."""
 

@@ -35,7 +35,7 @@ from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, RoleClock, truncate_log
 from llm_replay.runtime.ingest import WorkItem, WorkPlan, steps_per_iteration
-from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop
+from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WorkerHealth
 from llm_replay.runtime.ray_actors import GenerationActor, LearnerActor, TableActor
 from llm_replay.runtime.threaded import TABLE_DIR, WorkerError
@@ -164,6 +164,10 @@ class RayTrainer(RunLoop):
             return
         for worker in self.workers:
             worker.start()
+        try:  # the clock starts once every worker has loaded its model
+            ray.get([worker.actor.ping.remote() for worker in self.workers])
+        except (RayActorError, RayTaskError) as error:
+            raise WorkerError(f"a generation worker failed to start: {error}") from error
         self.clock.start()
         self._started = True
 
@@ -255,13 +259,7 @@ class RayTrainer(RunLoop):
         for step in steps:
             busy = step.pop("_busy")
             self.meter.seconds["training"] += busy
-            self.meter.add(
-                rollouts_trained=int(step["_rollouts"]),
-                tokens_trained=int(step["train/tokens"]),
-                completion_tokens_trained=int(step["train/completion_tokens"]),
-                forward_only_tokens=int(step["train/forward_only_tokens"]),
-                gradient_steps=1,
-            )
+            self.meter.add_training_step(int(step["_rollouts"]), step)
             self.clock.add(
                 "learner",
                 busy=busy,
@@ -273,12 +271,7 @@ class RayTrainer(RunLoop):
         self._steps += len(steps)
         self.iteration += 1
         fresh, self._fresh_metrics = self._fresh_metrics, []
-        record: dict[str, Any] = {}
-        for source in (fresh, steps):
-            for key in sorted({k for s in source for k in s}):
-                values = [s[key] for s in source if key in s]
-                record[key] = max(values) if key.endswith("_max") else sum(values) / len(values)
-        record["train/steps_this_iteration"] = float(len(steps))
+        record: dict[str, Any] = summarise_steps(fresh, steps)
         record.update(ray.get(self.table.stats.remote()))
         record["async/workers_alive"] = float(len(self.workers))
         record["async/worker_restarts"] = float(sum(w.restarts for w in self.workers))

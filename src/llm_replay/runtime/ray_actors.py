@@ -20,6 +20,7 @@ import torch
 
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.config import config_from_dict
+from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.checkpoint import load_training_checkpoint, save_learner_files
@@ -81,11 +82,9 @@ class GenerationActor:
     """A generation worker: its own copy of the policy on its own device; returns scored groups."""
 
     def __init__(self, config: dict[str, Any], index: int, seed: int) -> None:
-        from llm_replay.generation import HFGenerator, SamplingParams
         from llm_replay.models import encode_prompts, load_policy
         from llm_replay.runtime.rollouts import RolloutMaker
         from llm_replay.runtime.sync import build_task
-        from llm_replay.tasks import SafeScorer
 
         cfg = config_from_dict(config)
         _threads(cfg.workers.cpus_per_worker)
@@ -94,29 +93,11 @@ class GenerationActor:
         model, tokenizer = load_policy(cfg.model.path, device=device, dtype=cfg.model.dtype)
         model.eval().requires_grad_(False)
         task = build_task(cfg)
-        self.scorer = SafeScorer(
-            task, timeout_s=cfg.task.reward_timeout_s, failure_reward=cfg.task.failure_reward
-        )
-        self.generator = HFGenerator(
-            model,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            seed=seed,
-        )
-        self.generator.policy_version = -1
-        g = cfg.generation
         prompts = encode_prompts(tokenizer, [p.prompt for p in task.train], cfg.model.chat_template)
-        self.maker = RolloutMaker(
-            generator=self.generator,
-            tokenizer=tokenizer,
-            problems=task.train,
-            prompts=prompts,
-            scorer=self.scorer,
-            sampling=SamplingParams(g.max_new_tokens, g.temperature, g.top_k, g.top_p),
-            group_size=g.group_size,
-            advantage=cfg.algorithm.advantage,
-            correct_threshold=task.correct_threshold,
+        self.maker = RolloutMaker.for_worker(
+            cfg, model=model, tokenizer=tokenizer, task=task, prompts=prompts, seed=seed
         )
+        self.generator, self.scorer = self.maker.generator, self.maker.scorer
 
     def generate(
         self, item: dict[str, int], weights: tuple[int, list[Any]]
@@ -201,11 +182,9 @@ class LearnerActor:
                 synced = time.perf_counter() - before
             # the sample call's time beyond blocking is table work plus transfer
             busy = time.perf_counter() - start + (start - call - idle)
+            step.update(sample_metrics(sample))
             step.update(
                 {
-                    "train/age_mean": float(sample.ages.mean()),
-                    "train/age_max": float(sample.ages.max()),
-                    "train/replayed_fraction": float((sample.times_sampled > 1).mean()),
                     "_busy": busy,
                     "_idle": idle,
                     "_table": table_seconds + (start - call - idle),

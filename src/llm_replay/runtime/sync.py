@@ -26,12 +26,12 @@ import torch
 from llm_replay.algorithms.losses import LossParams
 from llm_replay.config import Config
 from llm_replay.generation import HFGenerator, SamplingParams
-from llm_replay.learner import Learner, LearnerSettings
+from llm_replay.learner import Learner, LearnerSettings, sample_metrics
 from llm_replay.metrics import ComputeMeter, evaluate, truncate_log
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.checkpoint import load_training_checkpoint, save_training_checkpoint
-from llm_replay.runtime.loop import CHECKPOINT_DIR, SUMMARY_FILE, RunLoop
+from llm_replay.runtime.loop import CHECKPOINT_DIR, SUMMARY_FILE, RunLoop, summarise_steps
 from llm_replay.runtime.rollouts import RolloutMaker, prompt_indices
 from llm_replay.runtime.strategies import RLEP, AutoReplay, build_strategy
 from llm_replay.tasks import DatasetTask, ReasoningGymTask, SafeScorer, Task
@@ -232,27 +232,15 @@ class SyncTrainer(RunLoop):
         steps: list[dict[str, float]] = []
         with self.meter.time("training"):
             for sample in self.strategy.batches(fresh):
-                step = self.learner.step(sample)
-                step["train/age_mean"] = float(sample.ages.mean())
-                step["train/age_max"] = float(sample.ages.max())
-                step["train/replayed_fraction"] = float((sample.times_sampled > 1).mean())
+                step = self.learner.step(sample) | sample_metrics(sample)
                 steps.append(step)
-                self.meter.add(
-                    rollouts_trained=len(sample),
-                    tokens_trained=int(step["train/tokens"]),
-                    completion_tokens_trained=int(step["train/completion_tokens"]),
-                    forward_only_tokens=int(step["train/forward_only_tokens"]),
-                    gradient_steps=1,
-                )
+                self.meter.add_training_step(len(sample), step)
                 self.strategy.set_policy_version(self.learner.version)
         self._publish()
         self.iteration += 1
         if isinstance(self.strategy, RLEP) and self.strategy.restart_due():
             self._restart_from_base()
-        for key in sorted({k for s in steps for k in s}):
-            values = [s[key] for s in steps if key in s]
-            record[key] = max(values) if key.endswith("_max") else float(np.mean(values))
-        record["train/steps_this_iteration"] = float(len(steps))
+        record.update(summarise_steps(steps))
         record.update(self.strategy.metrics())
         return record
 

@@ -29,13 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.buffer.rate_limit import RateLimiterTimeout, TableClosed
 from llm_replay.config import Config
-from llm_replay.generation import HFGenerator
+from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter, RoleClock
 from llm_replay.runtime.checkpoint import save_training_checkpoint
 from llm_replay.runtime.ingest import (
@@ -45,7 +43,7 @@ from llm_replay.runtime.ingest import (
     build_async_table,
     steps_per_iteration,
 )
-from llm_replay.runtime.loop import CHECKPOINT_DIR
+from llm_replay.runtime.loop import CHECKPOINT_DIR, summarise_steps
 from llm_replay.runtime.protocols import InProcessWeights, WeightTransfer, WorkerHealth
 from llm_replay.runtime.rollouts import RolloutMaker
 from llm_replay.runtime.sync import SyncTrainer
@@ -68,7 +66,6 @@ class ThreadWorker:
         index: int,
         *,
         maker: RolloutMaker,
-        generator: HFGenerator,
         plan: WorkPlan,
         gate: IngestGate,
         weights: WeightTransfer,
@@ -78,7 +75,7 @@ class ThreadWorker:
         on_error: Callable[[int, BaseException], None],
     ) -> None:
         self.index = index
-        self.maker, self.generator, self.plan, self.gate = maker, generator, plan, gate
+        self.maker, self.generator, self.plan, self.gate = maker, maker.generator, plan, gate
         self.weights, self.clock, self.seed = weights, clock, seed
         self.on_delivered, self.on_error = on_delivered, on_error
         self._stop = threading.Event()
@@ -190,40 +187,24 @@ class ThreadedTrainer(SyncTrainer):
         if self.workers:
             return
         self.weights.publish(self.model.state_dict(), self.learner.version)
-        w, g = self.config.workers, self.config.generation
+        w = self.config.workers
         device = w.device or self.config.model.device
         for index in range(w.count):
             model = copy.deepcopy(self.model).to(device).eval()
             model.requires_grad_(False)
-            generator = HFGenerator(
-                model,
-                eos_token_id=self.tokenizer.eos_token_id,
-                pad_token_id=self.tokenizer.pad_token_id,
+            maker = RolloutMaker.for_worker(
+                self.config,
+                model=model,
+                tokenizer=self.tokenizer,
+                task=self.task,
+                prompts=self.train_prompts,
                 seed=self.config.train.seed * 1009 + 7 * (index + 1) + self.learner.version,
             )
-            generator.policy_version = -1  # loads the published weights before its first item
-            scorer = SafeScorer(
-                self.task,
-                timeout_s=self.config.task.reward_timeout_s,
-                failure_reward=self.config.task.failure_reward,
-            )
-            self._scorers.append(scorer)
-            maker = RolloutMaker(
-                generator=generator,
-                tokenizer=self.tokenizer,
-                problems=self.task.train,
-                prompts=self.train_prompts,
-                scorer=scorer,
-                sampling=self.sampling,
-                group_size=g.group_size,
-                advantage=self.config.algorithm.advantage,
-                correct_threshold=self.task.correct_threshold,
-            )
+            self._scorers.append(maker.scorer)
             self.workers.append(
                 ThreadWorker(
                     index,
                     maker=maker,
-                    generator=generator,
                     plan=self.plan,
                     gate=self.gate,
                     weights=self.weights,
@@ -298,13 +279,7 @@ class ThreadedTrainer(SyncTrainer):
         busy = time.perf_counter() - busy_start
         with self._lock:
             self.meter.seconds["training"] += busy
-            self.meter.add(
-                rollouts_trained=len(sample),
-                tokens_trained=int(step["train/tokens"]),
-                completion_tokens_trained=int(step["train/completion_tokens"]),
-                forward_only_tokens=int(step["train/forward_only_tokens"]),
-                gradient_steps=1,
-            )
+            self.meter.add_training_step(len(sample), step)
         self.clock.add(
             "learner",
             busy=busy,
@@ -313,10 +288,7 @@ class ThreadedTrainer(SyncTrainer):
             weight_sync=synced,
             samples_out=len(sample),
         )
-        step["train/age_mean"] = float(sample.ages.mean())
-        step["train/age_max"] = float(sample.ages.max())
-        step["train/replayed_fraction"] = float((sample.times_sampled > 1).mean())
-        return step
+        return step | sample_metrics(sample)
 
     def train_iteration(self) -> dict[str, Any]:
         self._start_workers()
@@ -326,12 +298,7 @@ class ThreadedTrainer(SyncTrainer):
         self.iteration += 1
         with self._lock:
             fresh, self._fresh_metrics = self._fresh_metrics, []
-        record: dict[str, Any] = {}
-        for source in (fresh, steps):
-            for key in sorted({k for s in source for k in s}):
-                values = [s[key] for s in source if key in s]
-                record[key] = max(values) if key.endswith("_max") else float(np.mean(values))
-        record["train/steps_this_iteration"] = float(len(steps))
+        record: dict[str, Any] = summarise_steps(fresh, steps)
         record.update(self.async_metrics())
         return record
 
