@@ -146,11 +146,14 @@ def test_quick_experiment_from_scratch(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("quick", [False, True])
-def test_shipped_experiment_file_validates(quick: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", ["experiment", "experiment_async"])
+def test_shipped_experiment_file_validates(
+    name: str, quick: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from llm_replay.compare import run_config
 
     monkeypatch.chdir(ROOT)
-    experiment = load_experiment("configs/experiment.yaml", quick=quick)
+    experiment = load_experiment(f"configs/{name}.yaml", quick=quick)
     assert experiment.budget_basis == "mu_5" and experiment.baseline == "on_policy"
     for method in experiment.methods:
         config = run_config(experiment, method, experiment.seeds[0])

@@ -76,7 +76,12 @@ class RayWorkerHandle:
 
     def start(self) -> None:
         w = self.config.workers
-        remote = _actor(GenerationActor, num_cpus=w.cpus_per_worker, num_gpus=w.gpus_per_worker)
+        remote = _actor(  # two threads: a health ping is answered while it generates
+            GenerationActor,
+            num_cpus=w.cpus_per_worker,
+            num_gpus=w.gpus_per_worker,
+            max_concurrency=2,
+        )
         seed = self.config.train.seed * 1009 + 7 * (self.index + 1) + 104729 * self.restarts
         self.actor = remote.remote(self.config_dict, self.index, seed)
 

@@ -92,10 +92,18 @@ class ThreadWorker:
         )
         self._thread.start()
 
+    def signal_stop(self) -> None:
+        """Ask the worker to stop after its current step, without waiting for it."""
+        self._stop.set()
+
     def stop(self, timeout: float | None = None) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
 
     def update_weights(self, version: int) -> bool:
         if version <= self.generator.policy_version:
@@ -108,10 +116,9 @@ class ThreadWorker:
         return True
 
     def health(self) -> WorkerHealth:
-        alive = self._thread is not None and self._thread.is_alive()
         return WorkerHealth(
             worker=self.index,
-            alive=alive,
+            alive=self.alive,
             policy_version=self.generator.policy_version,
             items_delivered=self.items_delivered,
             rollouts_delivered=self.rollouts_delivered,
@@ -238,11 +245,11 @@ class ThreadedTrainer(SyncTrainer):
 
     def close(self) -> None:
         for worker in self.workers:
-            worker._stop.set()
-        self.table.close()
+            worker.signal_stop()
+        self.table.close()  # wakes workers blocked on the limiter
         for worker in self.workers:
             worker.stop(timeout=60)
-            if worker._thread is not None and worker._thread.is_alive():
+            if worker.alive:
                 log.warning("generation worker %d did not stop within 60 s", worker.index)
         self.clock.pause()
         for scorer in self._scorers:
