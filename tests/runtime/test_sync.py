@@ -12,7 +12,9 @@ from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 
 ROOT = Path(__file__).resolve().parents[2]
-PRESETS = sorted(p for p in (ROOT / "configs").glob("*.yaml") if not p.stem.startswith("experiment"))
+PRESETS = sorted(
+    p for p in (ROOT / "configs").glob("*.yaml") if not p.stem.startswith("experiment")
+)
 TINY = [
     "generation.prompts_per_step=4",
     "generation.group_size=4",
