@@ -257,9 +257,24 @@ class RayTrainer(RunLoop):
             self._pump()
         return ray.get(ref)
 
+    def _supervise(self) -> None:
+        """Restart workers found dead while holding no item (one holding an item is restarted when
+        its result fails to come back)."""
+        generating = set(self.generating())
+        for worker in self.workers:
+            if worker.index in generating:
+                continue
+            try:
+                ray.get(worker.actor.ping.remote(), timeout=30)
+            except RayActorError:
+                worker.restart("found dead by a health check")
+            except ray.exceptions.GetTimeoutError:
+                log.warning("generation worker %d did not answer a health check", worker.index)
+
     # ------------------------------------------------------------------ RunLoop hooks
     def train_iteration(self) -> dict[str, Any]:
         self._start()
+        self._supervise()
         steps = self._wait_for(self.learner.train_steps.remote(self.steps_per_iteration))
         for step in steps:
             busy = step.pop("_busy")
@@ -292,6 +307,10 @@ class RayTrainer(RunLoop):
         metrics["async/worker_restarts"] = float(sum(w.restarts for w in self.workers))
         metrics["async/rollouts_delivered"] = float(self.delivered_rollouts)
         return {"async": metrics}
+
+    def generating(self) -> list[int]:
+        """Indices of the workers with a work item being generated right now."""
+        return sorted({p.worker for p in self._pending.values() if p.kind == "generate"})
 
     def health(self) -> list[WorkerHealth]:
         return [worker.health() for worker in self.workers]
