@@ -12,6 +12,18 @@ HISTOGRAM_BINS = 32
 """Age and reuse histograms count 0..30 exactly and put everything larger in the last bin."""
 
 
+@dataclass
+class TableCounters:
+    """What a table has done since it was created: rollouts and calls in and out, sampled ages."""
+
+    inserts: int = 0
+    insert_calls: int = 0
+    samples: int = 0
+    sample_calls: int = 0
+    sampled_age_sum: int = 0
+    sampled_age_max: int = 0
+
+
 @dataclass(frozen=True)
 class TableStats:
     """A snapshot of a table's contents and traffic."""

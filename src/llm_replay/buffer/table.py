@@ -33,7 +33,7 @@ from llm_replay.buffer.rate_limit import (
 )
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Sampler, Uniform
-from llm_replay.buffer.stats import TableStats, histogram
+from llm_replay.buffer.stats import TableCounters, TableStats, histogram
 from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.rollout import Group, Rollout, RolloutBatch
 
@@ -93,12 +93,7 @@ class ReplayTable:
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
         self._version = 0
-        self._inserts = 0
-        self._insert_calls = 0
-        self._samples = 0
-        self._sample_calls = 0
-        self._sampled_age_sum = 0
-        self._sampled_age_max = 0
+        self.counters = TableCounters()
         self._evictions = dict.fromkeys(REASONS, 0)
 
     # ----------------------------------------------------------------- presets
@@ -204,7 +199,7 @@ class ReplayTable:
         self.rate_limiter.check_insert_size(n)
         with self._cond:
             self._wait(
-                lambda: self.rate_limiter.can_insert(n, self.size, self._inserts, self._samples),
+                lambda: self._can_insert(n),
                 wait,
                 f"insert of {n} rollouts",
             )
@@ -216,8 +211,8 @@ class ReplayTable:
             keys = self.storage.keys_of(slots)  # before any rule below can evict (and re-key) them
             self.sampler.on_insert(slots)
             self._evict(self.sampler.retention(0), "retention")  # an insert wider than a window
-            self._inserts += n
-            self._insert_calls += 1
+            self.counters.inserts += n
+            self.counters.insert_calls += 1
             if self.eviction.max_age is not None:
                 stale = slots[
                     self.storage.policy_version[slots] < self._version - self.eviction.max_age
@@ -245,10 +240,15 @@ class ReplayTable:
             self._cond.notify_all()
         return result
 
+    def _can_insert(self, n: int) -> bool:
+        c = self.counters
+        return self.rate_limiter.can_insert(n, self.size, c.inserts, c.samples)
+
     def _can_sample(self, n: int) -> bool:
         if self.size == 0:
             return False
-        if not self.rate_limiter.can_sample(n, self.size, self._inserts, self._samples):
+        c = self.counters
+        if not self.rate_limiter.can_sample(n, self.size, c.inserts, c.samples):
             return False
         return self.sampler.with_replacement or self.sampler.available() >= n
 
@@ -261,10 +261,10 @@ class ReplayTable:
             _increment(st.times_sampled, slots)
         ages = self._version - st.policy_version[slots]
         if count and len(slots):
-            self._samples += len(slots)
-            self._sample_calls += 1
-            self._sampled_age_sum += int(ages.sum())
-            self._sampled_age_max = max(self._sampled_age_max, int(ages.max()))
+            self.counters.samples += len(slots)
+            self.counters.sample_calls += 1
+            self.counters.sampled_age_sum += int(ages.sum())
+            self.counters.sampled_age_max = max(self.counters.sampled_age_max, int(ages.max()))
         return Sample(
             input_ids=ids,
             behaviour_logprobs=logprobs,
@@ -356,7 +356,7 @@ class ReplayTable:
         m = _batch_size(n)
         self.rate_limiter.check_insert_size(m)
         return self._try_wait(
-            lambda: self.rate_limiter.can_insert(m, self.size, self._inserts, self._samples),
+            lambda: self._can_insert(m),
             _timeout(timeout),
             f"insert of {m} rollouts",
         )
@@ -386,7 +386,7 @@ class ReplayTable:
             if remaining is not None and remaining <= 0:
                 raise RateLimiterTimeout(
                     f"{what} on table {self.name!r} timed out after {timeout}s: size={self.size}, "
-                    f"inserts={self._inserts}, samples={self._samples}, "
+                    f"inserts={self.counters.inserts}, samples={self.counters.samples}, "
                     f"samples_per_insert={self.rate_limiter.samples_per_insert}, "
                     f"band=[{self.rate_limiter.min_diff}, {self.rate_limiter.max_diff}]"
                 )
@@ -412,15 +412,15 @@ class ReplayTable:
                 nbytes=st.nbytes,
                 payload_nbytes=st.payload_nbytes,
                 policy_version=self._version,
-                inserts=self._inserts,
-                insert_calls=self._insert_calls,
-                samples=self._samples,
-                sample_calls=self._sample_calls,
+                inserts=self.counters.inserts,
+                insert_calls=self.counters.insert_calls,
+                samples=self.counters.samples,
+                sample_calls=self.counters.sample_calls,
                 evictions=dict(self._evictions),
                 age_histogram=histogram(self._version - st.policy_version[live]),
                 reuse_histogram=histogram(st.times_sampled[live]),
-                sampled_age_mean=self._sampled_age_sum / max(1, self._samples),
-                sampled_age_max=self._sampled_age_max,
+                sampled_age_mean=self.counters.sampled_age_sum / max(1, self.counters.samples),
+                sampled_age_max=self.counters.sampled_age_max,
             )
 
     # ----------------------------------------------------------------- checkpoints
@@ -447,15 +447,7 @@ class ReplayTable:
                 "sampler": {"name": self.sampler.name, "config": self.sampler.config()},
                 "rate_limiter": self.rate_limiter.config(),
                 "rng": self._rng.bit_generator.state,
-                "counters": {
-                    "version": self._version,
-                    "inserts": self._inserts,
-                    "insert_calls": self._insert_calls,
-                    "samples": self._samples,
-                    "sample_calls": self._sample_calls,
-                    "sampled_age_sum": self._sampled_age_sum,
-                    "sampled_age_max": self._sampled_age_max,
-                },
+                "counters": {"version": self._version, **asdict(self.counters)},
                 "evictions": dict(self._evictions),
                 "storage": self.storage.state_meta(),
             }
@@ -483,14 +475,9 @@ class ReplayTable:
         table.storage.load_state(meta["storage"], storage_arrays)
         table.sampler.load_state_arrays(sampler_arrays)
         table._rng.bit_generator.state = meta["rng"]
-        counters = meta["counters"]
-        table._version = int(counters["version"])
-        table._inserts = int(counters["inserts"])
-        table._insert_calls = int(counters["insert_calls"])
-        table._samples = int(counters["samples"])
-        table._sample_calls = int(counters["sample_calls"])
-        table._sampled_age_sum = int(counters["sampled_age_sum"])
-        table._sampled_age_max = int(counters["sampled_age_max"])
+        counters = {k: int(v) for k, v in meta["counters"].items()}
+        table._version = counters.pop("version")
+        table.counters = TableCounters(**counters)
         table._evictions.update({k: int(v) for k, v in meta["evictions"].items()})
         return table
 
