@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.cli import main
 from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
@@ -60,13 +62,14 @@ def test_train_on_ray_from_the_command_line(tmp_path: Path) -> None:
     assert ray.is_initialized()  # the runtime leaves a Ray it did not start running
 
 
-def _wait_until_dead(actor: Any) -> bool:
+def _wait_until_dead(actor: Any, method: str = "ping") -> bool:
     """True once a killed actor refuses calls (`ray.kill` returns before the process is gone)."""
     for _ in range(100):
         try:
-            ray.get(actor.ping.remote(), timeout=10)
+            ray.get(getattr(actor, method).remote(), timeout=10)
         except ray.exceptions.RayActorError:
             return True
+        time.sleep(0.1)
     return False
 
 
@@ -113,3 +116,16 @@ def test_ray_run_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", resumed)
     iterations = [r["iteration"] for r in read_log(tmp_path) if r["kind"] == "train"]
     assert iterations == [1, 2, 3, 4]
+
+
+def test_user_errors_under_ray_are_one_line_and_release_the_actors(tmp_path: Path) -> None:
+    args = ["train", str(UNIFORM), "--quiet", "--set", "runtime=ray"]
+    args += ["--set", "model.path=/nonexistent/model", "--set", f"log.run_dir={tmp_path}"]
+    assert main(args) == 2
+    config = tiny_config(UNIFORM, tmp_path / "fresh", "runtime=ray", *RAY_CPUS)
+    trainer: Any = build_trainer(config)
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        trainer.run(resume=True)
+    assert ray.is_initialized()  # not ours to stop
+    assert _wait_until_dead(trainer.learner, "parameters")  # but our actors are gone
+    assert _wait_until_dead(trainer.table, "stats")

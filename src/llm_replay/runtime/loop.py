@@ -115,13 +115,7 @@ class RunLoop:
         logger.log(record)
         return record
 
-    def run(
-        self,
-        *,
-        resume: bool = False,
-        on_iteration: Callable[[Any, dict[str, Any]], None] | None = None,
-    ) -> dict[str, Any]:
-        """Train until the iteration or compute budget; write summary.json; return it."""
+    def _prepare(self, resume: bool) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume:
             self.load_checkpoint()
@@ -130,6 +124,19 @@ class RunLoop:
         (self.run_dir / "config.yaml").write_text(
             yaml.safe_dump(self.config.to_dict(), sort_keys=False)
         )
+
+    def run(
+        self,
+        *,
+        resume: bool = False,
+        on_iteration: Callable[[Any, dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Train until the iteration or compute budget; write summary.json; return it."""
+        try:
+            self._prepare(resume)
+        except BaseException:  # a broken checkpoint, say: release workers and actors all the same
+            self.close()
+            raise
         logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
         every, ckpt = self.config.eval.every, self.config.log.checkpoint_every
         at_boundary = True

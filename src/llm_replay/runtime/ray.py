@@ -34,6 +34,7 @@ from llm_replay.buffer.checkpoint import DONE, CheckpointError, atomic_directory
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, RoleClock, truncate_log
+from llm_replay.models.loading import resolve_model_path
 from llm_replay.runtime.ingest import WorkItem, WorkPlan, steps_per_iteration
 from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WorkerHealth
@@ -134,6 +135,8 @@ class RayTrainer(RunLoop):
 
     def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
         self._init_loop(config, run_dir)
+        if config.workers.ray_address is None:
+            resolve_model_path(config.model.path)  # a local run: name a missing model here
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
             ray.init(address=config.workers.ray_address, include_dashboard=False)
@@ -145,7 +148,12 @@ class RayTrainer(RunLoop):
         self.learner: Any = _actor(
             LearnerActor, num_cpus=w.learner_cpus, num_gpus=w.learner_gpus, max_concurrency=2
         ).remote(self.config_dict, str(self.run_dir), self.table)
-        self.meter = ComputeMeter(parameters=ray.get(self.learner.parameters.remote()))
+        try:
+            parameters = ray.get(self.learner.parameters.remote())
+        except BaseException:
+            self._release()
+            raise
+        self.meter = ComputeMeter(parameters=parameters)
         self.clock = RoleClock()
         self.plan = WorkPlan(config.generation.prompts_per_step)
         self.steps_per_iteration = steps_per_iteration(config)
@@ -373,6 +381,9 @@ class RayTrainer(RunLoop):
         self.final_table_inserts = int(ray.get(self.table.stats.remote())["buffer/inserts"])
         for worker in self.workers:
             worker.stop()
+        self._release()
+
+    def _release(self) -> None:
         for actor in (self.learner, self.table):
             ray.kill(actor, no_restart=True)
         if self._owns_ray:
