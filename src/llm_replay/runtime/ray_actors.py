@@ -169,25 +169,24 @@ class LearnerActor:
         learner, out = self.trainer.learner, []
         for _ in range(count):
             call = time.perf_counter()
-            sample, idle, table_seconds = ray.get(self.table.sample.remote(self.batch_size))
+            sample, idle, _ = ray.get(self.table.sample.remote(self.batch_size))
             start = time.perf_counter()
+            fetched = start - call - idle  # table work, the actor call and the batch transfer
             step = learner.step(sample)
             trained = time.perf_counter()
             ray.get(self.table.set_policy_version.remote(learner.version))
-            table_seconds += time.perf_counter() - trained
+            table_seconds = fetched + time.perf_counter() - trained
             synced = 0.0
             if learner.version % self.publish_every == 0:
                 before = time.perf_counter()
                 self.publish()
                 synced = time.perf_counter() - before
-            # the sample call's time beyond blocking is table work plus transfer
-            busy = time.perf_counter() - start + (start - call - idle)
             step.update(sample_metrics(sample))
             step.update(
                 {
-                    "_busy": busy,
+                    "_busy": time.perf_counter() - start + fetched,
                     "_idle": idle,
-                    "_table": table_seconds + (start - call - idle),
+                    "_table": table_seconds,
                     "_weight_sync": synced,
                     "_rollouts": float(len(sample)),
                 }
