@@ -119,10 +119,6 @@ class WorkPlan:
             for item_id in item_ids:
                 self._issued.pop(item_id, None)
 
-    @property
-    def prompts_drawn(self) -> int:
-        return self._prompts_drawn
-
     def state(self) -> dict[str, Any]:
         """Counters plus every item handed out and not delivered (call `complete` first)."""
         with self._lock:
