@@ -223,6 +223,11 @@ class ReplayConfig:
             _positive("max_age", self.max_age)
         _positive("fresh_ratio", self.fresh_ratio, zero_ok=True)
 
+    @property
+    def samples_per_insert(self) -> float:
+        """Rollouts drawn per rollout added: y, or exactly 1 for the on-policy queue."""
+        return 1.0 if self.strategy == "on_policy" else self.replay_ratio
+
 
 @dataclass
 class TrainConfig:
@@ -340,8 +345,10 @@ class Config:
                 raise ConfigError(
                     f"generation.dynamic_sampling = true: not supported by runtime={self.runtime}"
                 )
-            ratio = 1.0 if self.replay.strategy == "on_policy" else self.replay.replay_ratio
-            need = ratio * self.generation.rollouts_per_step + self.train.batch_size
+            need = (
+                self.replay.samples_per_insert * self.generation.rollouts_per_step
+                + self.train.batch_size
+            )
             buffer = self.workers.error_buffer
             if buffer is not None and self.replay.strategy != "on_policy" and 2 * buffer < need:
                 raise ConfigError(

@@ -30,23 +30,37 @@ from llm_replay.buffer.rate_limit import RateLimiterTimeout
 from llm_replay.config import Config
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.rollouts import prompt_indices
+from llm_replay.runtime.strategies import TABLE_DIR
+
+__all__ = [
+    "TABLE_DIR",
+    "Delivery",
+    "IngestGate",
+    "WorkItem",
+    "WorkPlan",
+    "WorkerError",
+    "build_async_table",
+    "error_buffer",
+    "steps_per_iteration",
+]
 
 
-def replay_ratio(config: Config) -> float:
-    return 1.0 if config.replay.strategy == "on_policy" else config.replay.replay_ratio
+class WorkerError(RuntimeError):
+    """A generation worker failed; the run stopped (its last checkpoint is intact)."""
 
 
 def steps_per_iteration(config: Config) -> int:
     """Gradient steps per logged iteration: as many as one sync iteration takes on average."""
     fresh = config.generation.rollouts_per_step
-    return max(1, round(replay_ratio(config) * fresh / config.train.batch_size))
+    return max(1, round(config.replay.samples_per_insert * fresh / config.train.batch_size))
 
 
 def error_buffer(config: Config) -> float:
     """The limiter's half-band in rollouts: configured, or twice the least that cannot deadlock."""
     if config.workers.error_buffer is not None:
         return config.workers.error_buffer
-    return replay_ratio(config) * config.generation.rollouts_per_step + config.train.batch_size
+    r = config.replay.samples_per_insert
+    return r * config.generation.rollouts_per_step + config.train.batch_size
 
 
 def build_async_table(config: Config) -> ReplayTable:

@@ -35,11 +35,16 @@ from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, RoleClock, truncate_log
 from llm_replay.models.loading import resolve_model_path
-from llm_replay.runtime.ingest import WorkItem, WorkPlan, steps_per_iteration
+from llm_replay.runtime.ingest import (
+    TABLE_DIR,
+    WorkerError,
+    WorkItem,
+    WorkPlan,
+    steps_per_iteration,
+)
 from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WorkerHealth
 from llm_replay.runtime.ray_actors import GenerationActor, LearnerActor, TableActor
-from llm_replay.runtime.threaded import TABLE_DIR, WorkerError
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.02

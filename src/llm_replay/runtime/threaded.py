@@ -37,8 +37,10 @@ from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter, RoleClock
 from llm_replay.runtime.checkpoint import save_training_checkpoint
 from llm_replay.runtime.ingest import (
+    TABLE_DIR,
     Delivery,
     IngestGate,
+    WorkerError,
     WorkPlan,
     build_async_table,
     steps_per_iteration,
@@ -51,11 +53,7 @@ from llm_replay.tasks import SafeScorer
 from llm_replay.tasks.rewards import RewardCounts
 
 log = logging.getLogger(__name__)
-TABLE_DIR = "table"
-
-
-class WorkerError(RuntimeError):
-    """A generation worker failed; the run stopped (its last checkpoint is intact)."""
+__all__ = ["ThreadWorker", "ThreadedTrainer", "WorkerError"]
 
 
 class ThreadWorker:
