@@ -119,3 +119,55 @@ def test_demo_quick_writes_table_plot_and_figures(
     assert set(figures["runs"]) == {"replay", "on-policy"}
     assert figures["runs"]["on-policy"]["compute_to_on_policy_final"] is not None
     assert (tmp_path / "accuracy_vs_compute.png").stat().st_size > 10_000
+
+
+def test_invalid_yaml_is_one_line_with_file_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nmodel:\n  path: [unclosed\n")
+    assert main(["train", str(bad)]) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and f"{bad}:4:1: not valid YAML" in out
+
+
+@pytest.mark.parametrize("kind", ["config", "dataset"])
+def test_files_that_are_not_utf8_are_one_line_errors(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    if kind == "config":
+        path = tmp_path / "c.yaml"
+        path.write_bytes(b"name: \xff\xfe\n")
+        args = ["train", str(path)]
+        expected = f"{path}: not UTF-8"
+    else:
+        path = tmp_path / "d.jsonl"
+        path.write_bytes(b'{"prompt": "1+1=", "answer": "2"}\n{"prompt": "\xff", "answer": "1"}\n')
+        args = ["train", "configs/on_policy.yaml", "--set", "task.kind=dataset"]
+        args += ["--set", f"task.path={path}"]
+        expected = f"{path}:2: not UTF-8"
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and expected in out and "Traceback" not in out
+
+
+def test_long_errors_are_not_wrapped_when_piped(tmp_path: Path) -> None:
+    long_path = tmp_path / ("x" * 150) / "model"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "llm_replay.cli",
+            "train",
+            "configs/on_policy.yaml",
+            "--set",
+            f"model.path={long_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stdout.count("\n") == 1 and str(long_path) in result.stdout, result.stdout

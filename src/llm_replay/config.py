@@ -453,7 +453,10 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as error:
-        raise ConfigError(f"--set {text!r}: value is not valid YAML ({error})") from None
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(
+            f"--set {text!r}: value is not valid YAML ({' '.join(str(problem).split())})"
+        ) from None
     return parts, value
 
 
@@ -479,12 +482,22 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if not path.is_file():
             raise ConfigError(f"{path}: no such config file")
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
         except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML ({error})") from None
+            raise ConfigError(_yaml_error(path, error)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
     return config_from_dict(data, overrides)
+
+
+def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
+    """One line: file:line:column: what the parser objected to."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or getattr(error, "context", None) or str(error)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"{where}: not valid YAML ({' '.join(str(problem).split())})"
 
 
 def _deep_copy(data: Any) -> Any:

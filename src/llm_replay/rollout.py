@@ -36,15 +36,12 @@ from llm_replay.validation import (
     as_int,
     check_logprobs,
     check_token_ids,
-    concat_rows,
-    correct_flags,
     encode_tasks,
-    finish_codes,
-    lengths_array,
-    lengths_of,
     offsets_of,
     per_rollout_floats,
-    per_rollout_ints,
+    ragged_rows,
+    readonly,
+    validate_columns,
 )
 
 __all__ = [
@@ -76,13 +73,11 @@ class Rollout:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "prompt_ids", check_token_ids("prompt_ids", self.prompt_ids))
-        set_(self, "completion_ids", check_token_ids("completion_ids", self.completion_ids))
+        set_(self, "prompt_ids", readonly(check_token_ids("prompt_ids", self.prompt_ids)))
         set_(
-            self,
-            "behaviour_logprobs",
-            check_logprobs(self.behaviour_logprobs),
+            self, "completion_ids", readonly(check_token_ids("completion_ids", self.completion_ids))
         )
+        set_(self, "behaviour_logprobs", readonly(check_logprobs(self.behaviour_logprobs)))
         if self.prompt_ids.size == 0:
             raise InvalidRolloutError("prompt_ids", [], "a rollout needs at least one prompt token")
         if len(self.behaviour_logprobs) != len(self.completion_ids):
@@ -211,6 +206,14 @@ class RolloutBatch:
     finish_reasons: npt.NDArray[np.uint8]
     task_codes: npt.NDArray[np.int16]
     task_names: tuple[str, ...] = field(default=("",))
+    allow_empty: bool = field(default=False, repr=False)
+
+    def __post_init__(self) -> None:
+        columns = validate_columns(
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        )
+        for name, value in columns.items():
+            object.__setattr__(self, name, value)
 
     # ----------------------------------------------------------------- constructors
     @classmethod
@@ -230,13 +233,16 @@ class RolloutBatch:
         allow_empty: bool = False,
     ) -> RolloutBatch:
         """Build and validate a batch from per-rollout sequences (what inference engines return)."""
-        n = len(completion_ids)
-        for name, items in (("prompt_ids", prompt_ids), ("behaviour_logprobs", behaviour_logprobs)):
-            if len(items) != n:
-                raise InvalidRolloutError(name, f"<{len(items)} rows>", f"expected {n} rows")
-        prompt_lengths = lengths_of("prompt_ids", prompt_ids)
-        completion_lengths = lengths_of("completion_ids", completion_ids)
-        logprob_lengths = lengths_of("behaviour_logprobs", behaviour_logprobs)
+        prompt_lengths, prompts = ragged_rows("prompt_ids", prompt_ids, "iu")
+        n = len(prompt_lengths)
+        completion_lengths, completions = ragged_rows("completion_ids", completion_ids, "iu")
+        logprob_lengths, logprobs = ragged_rows("behaviour_logprobs", behaviour_logprobs, "fiu")
+        for name, lengths in (
+            ("completion_ids", completion_lengths),
+            ("behaviour_logprobs", logprob_lengths),
+        ):
+            if len(lengths) != n:
+                raise InvalidRolloutError(name, f"<{len(lengths)} rows>", f"expected {n} rows")
         mismatch = np.flatnonzero(logprob_lengths != completion_lengths)
         if mismatch.size:
             i = int(mismatch[0])
@@ -247,11 +253,11 @@ class RolloutBatch:
             )
         codes, names = encode_tasks(tasks, n)
         return cls.from_flat(
-            prompt_ids=concat_rows(prompt_ids, np.int32),
+            prompt_ids=prompts,
             prompt_lengths=prompt_lengths,
-            completion_ids=concat_rows(completion_ids, np.int32),
+            completion_ids=completions,
             completion_lengths=completion_lengths,
-            behaviour_logprobs=concat_rows(behaviour_logprobs, np.float32),
+            behaviour_logprobs=logprobs,
             rewards=rewards,
             group_ids=group_ids,
             policy_versions=policy_versions,
@@ -283,60 +289,21 @@ class RolloutBatch:
         allow_empty: bool = False,
     ) -> RolloutBatch:
         """Build and validate a batch from flat arrays and lengths (vectorised checks)."""
-        p_len = lengths_array("prompt_lengths", prompt_lengths)
-        c_len = lengths_array("completion_lengths", completion_lengths)
-        n = len(c_len)
-        if len(p_len) != n:
-            raise InvalidRolloutError("prompt_lengths", f"<{len(p_len)} rows>", f"expected {n}")
-        p_off, c_off = offsets_of(p_len), offsets_of(c_len)
-        p_ids = check_token_ids("prompt_ids", prompt_ids, p_off)
-        c_ids = check_token_ids("completion_ids", completion_ids, c_off)
-        logprobs = check_logprobs(behaviour_logprobs, c_off)
-        empty_prompt = np.flatnonzero(p_len == 0)
-        if empty_prompt.size:
-            raise InvalidRolloutError(
-                f"rollouts[{int(empty_prompt[0])}].prompt_ids", [], "needs at least one token"
-            )
-        empty = np.flatnonzero(c_len == 0)
-        if empty.size and not allow_empty:
-            raise InvalidRolloutError(
-                f"rollouts[{int(empty[0])}].completion_ids",
-                [],
-                "empty completion; pass allow_empty=True if intended",
-            )
-        reward_arr = per_rollout_floats("rewards", rewards, n, allow_nan=False)
-        adv_arr = (
-            np.full(n, np.nan)
-            if advantages is None
-            else per_rollout_floats("advantages", advantages, n, allow_nan=True)
-        )
-        group_arr = per_rollout_ints("group_ids", group_ids, n)
-        version_arr = per_rollout_ints("policy_versions", policy_versions, n)
-        correct_arr = correct_flags(correct, n)
-        finish_arr = finish_codes(finish_reasons, n)
-        names = tuple(task_names)
-        if task_codes is None:
-            codes = np.zeros(n, dtype=np.int16)
-        else:
-            codes = np.asarray(task_codes, dtype=np.int16)
-            if codes.shape != (n,) or (n and (codes.min() < 0 or codes.max() >= len(names))):
-                raise InvalidRolloutError(
-                    "task_codes", task_codes, f"must index task_names {names}"
-                )
         return cls(
-            prompt_ids=p_ids,
-            prompt_lengths=p_len,
-            completion_ids=c_ids,
-            completion_lengths=c_len,
-            behaviour_logprobs=logprobs,
-            rewards=reward_arr,
-            advantages=adv_arr,
-            group_ids=group_arr,
-            policy_versions=version_arr,
-            correct=correct_arr,
-            finish_reasons=finish_arr,
-            task_codes=codes,
-            task_names=names,
+            prompt_ids=prompt_ids,  # type: ignore[arg-type]
+            prompt_lengths=prompt_lengths,  # type: ignore[arg-type]
+            completion_ids=completion_ids,  # type: ignore[arg-type]
+            completion_lengths=completion_lengths,  # type: ignore[arg-type]
+            behaviour_logprobs=behaviour_logprobs,  # type: ignore[arg-type]
+            rewards=rewards,  # type: ignore[arg-type]
+            advantages=advantages,  # type: ignore[arg-type]
+            group_ids=group_ids,  # type: ignore[arg-type]
+            policy_versions=policy_versions,  # type: ignore[arg-type]
+            correct=correct,  # type: ignore[arg-type]
+            finish_reasons=finish_reasons,  # type: ignore[arg-type]
+            task_codes=task_codes,  # type: ignore[arg-type]
+            task_names=tuple(task_names),
+            allow_empty=allow_empty,
         )
 
     @classmethod
@@ -348,11 +315,11 @@ class RolloutBatch:
         names: dict[str, int] = {"": 0}
         codes = np.array([names.setdefault(r.task, len(names)) for r in items], dtype=np.int16)
         return cls.from_flat(
-            prompt_ids=concat_rows([r.prompt_ids for r in items], np.int32),
+            prompt_ids=_concat([r.prompt_ids for r in items], np.int32),
             prompt_lengths=np.array([r.prompt_ids.size for r in items], dtype=np.int32),
-            completion_ids=concat_rows([r.completion_ids for r in items], np.int32),
+            completion_ids=_concat([r.completion_ids for r in items], np.int32),
             completion_lengths=np.array([r.completion_ids.size for r in items], dtype=np.int32),
-            behaviour_logprobs=concat_rows([r.behaviour_logprobs for r in items], np.float32),
+            behaviour_logprobs=_concat([r.behaviour_logprobs for r in items], np.float32),
             rewards=np.array([r.reward for r in items], dtype=np.float64),
             advantages=np.array(
                 [np.nan if r.advantage is None else r.advantage for r in items], dtype=np.float64
@@ -404,6 +371,7 @@ class RolloutBatch:
             finish_reasons=np.concatenate([b.finish_reasons for b in batches]),
             task_codes=np.concatenate(code_parts),
             task_names=tuple(names),
+            allow_empty=True,  # each part was admitted under its own flag
         )
 
     # ----------------------------------------------------------------- views
@@ -475,7 +443,12 @@ class RolloutBatch:
             finish_reasons=self.finish_reasons[idx],
             task_codes=self.task_codes[idx],
             task_names=self.task_names,
+            allow_empty=True,
         )
+
+
+def _concat(parts: Sequence[npt.NDArray[Any]], dtype: type) -> npt.NDArray[Any]:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
 
 def concat_ranges(starts: npt.ArrayLike, lengths: npt.ArrayLike) -> npt.NDArray[np.int64]:

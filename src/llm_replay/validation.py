@@ -3,7 +3,11 @@
 The same checks serve one `Rollout` and a whole `RolloutBatch`: given the row offsets of a flat
 batch array, an error names `rollouts[row].field[col]`; without them, the field of one rollout.
 Checks are vectorised over the whole batch, so validating thousands of rollouts costs a handful
-of numpy passes.
+of numpy passes. Every integer is range-checked *before* it is narrowed to its storage type, so a
+value never wraps silently (a length of 2^32 + 4 is refused, not stored as 4).
+
+`validate_columns` is the one gate every `RolloutBatch` passes through, whichever constructor
+built it; it returns read-only arrays, so a validated batch cannot be changed in place afterwards.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ Offsets = npt.NDArray[np.int64]
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
 """Why generation ended: an end-of-sequence token, the length limit, or an aborted request."""
 
-MAX_TOKEN_ID = np.iinfo(np.int32).max
+MAX_TOKEN_ID = int(np.iinfo(np.int32).max)
+MAX_LENGTH = int(np.iinfo(np.int32).max)
+MAX_INT64 = int(np.iinfo(np.int64).max)
+MAX_TASKS = int(np.iinfo(np.int16).max)
 
 
 class InvalidRolloutError(ValueError):
@@ -35,11 +42,29 @@ class InvalidRolloutError(ValueError):
 
 
 def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except Exception:  # a hostile __repr__ must not hide the real error
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def offsets_of(lengths: npt.NDArray[np.int32]) -> Offsets:
+def readonly(array: np.ndarray) -> np.ndarray:
+    """A read-only view (the caller's own array stays writable)."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def as_array(name: str, values: object) -> np.ndarray:
+    """np.asarray that names the field when the input is not array-like (ragged nesting, say)."""
+    try:
+        return np.asarray(values)
+    except (ValueError, TypeError, OverflowError) as error:
+        raise InvalidRolloutError(name, values, f"not a numeric array ({error})") from None
+
+
+def offsets_of(lengths: npt.NDArray[np.integer[Any]]) -> Offsets:
     """Row boundaries [0, l0, l0 + l1, ...] of a flat array with these row lengths."""
     out = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=out[1:])
@@ -47,7 +72,7 @@ def offsets_of(lengths: npt.NDArray[np.int32]) -> Offsets:
 
 
 def _flat_array(name: str, values: object, offsets: Offsets | None) -> np.ndarray:
-    array = np.asarray(values)
+    array = as_array(name, values)
     if array.ndim != 1:
         raise InvalidRolloutError(name, values, f"must be a 1-D sequence, got {array.ndim}-D")
     if offsets is not None and len(array) != offsets[-1]:
@@ -83,23 +108,27 @@ def check_token_ids(name: str, values: object, offsets: Offsets | None = None) -
 def check_logprobs(
     values: object, offsets: Offsets | None = None, name: str = "behaviour_logprobs"
 ) -> FloatArray:
-    """Log-probs as float32; each must be finite and <= 0."""
+    """Log-probs as float32; each must be finite and <= 0 (checked before and after narrowing)."""
     array = _flat_array(name, values, offsets)
-    if array.size and array.dtype.kind not in "fiu":
+    if array.size == 0:
+        return np.zeros(0, dtype=np.float32)
+    if array.dtype.kind not in "fiu":
         raise InvalidRolloutError(
             name, values, f"log-probs must be real numbers, got {array.dtype}"
         )
-    array = array.astype(np.float32, copy=False)
-    # One pass: NaN compares False, so `<= 0` alone rejects NaN and +inf; -inf is caught separately.
-    ok = array <= 0
-    if not ok.all() or (array.size and np.isneginf(array.min())):
-        flat = int(np.argmax(~ok | np.isneginf(array)))
+    with np.errstate(over="ignore"):
+        narrow = array.astype(np.float32, copy=False)
+    # NaN compares False, so `<= 0` rejects NaN and +inf; -inf (or a float64 that overflows
+    # float32) is caught on the narrowed copy.
+    bad = ~(array <= 0) | ~np.isfinite(narrow)
+    if bad.any():
+        flat = int(np.argmax(bad))
         raise InvalidRolloutError(
             _locate(name, flat, offsets, indexed=True),
             float(array[flat]),
             "log-probs must be finite and <= 0",
         )
-    return array
+    return narrow
 
 
 def as_int(name: str, value: object, minimum: int | None = None) -> int:
@@ -108,31 +137,49 @@ def as_int(name: str, value: object, minimum: int | None = None) -> int:
     result = int(value)
     if minimum is not None and result < minimum:
         raise InvalidRolloutError(name, value, f"must be >= {minimum}")
+    if result > MAX_INT64:
+        raise InvalidRolloutError(name, value, f"must be <= {MAX_INT64}")
     return result
 
 
 def as_finite(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise InvalidRolloutError(name, value, "must be a real number")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:
+        raise InvalidRolloutError(name, value, "must be finite") from None
     if not math.isfinite(result):
         raise InvalidRolloutError(name, value, "must be finite")
     return result
 
 
-def lengths_of(name: str, items: Sequence[object]) -> npt.NDArray[np.int32]:
-    """The length of every row of a ragged input."""
-    try:
-        return np.fromiter((len(x) for x in items), dtype=np.int32, count=len(items))  # type: ignore[arg-type]
-    except TypeError as error:
-        raise InvalidRolloutError(name, items, "must be a sequence of 1-D sequences") from error
-
-
-def concat_rows(parts: Sequence[object], dtype: type) -> npt.NDArray[Any]:
-    """Rows of a ragged input as one flat array."""
-    if not parts:
-        return np.zeros(0, dtype=dtype)
-    return np.concatenate([np.asarray(p) for p in parts])
+def ragged_rows(name: str, rows: object, kinds: str) -> tuple[npt.NDArray[np.int64], np.ndarray]:
+    """(row lengths, rows concatenated) of a ragged input; each row must be a flat numeric
+    sequence of a dtype kind in `kinds` (empty rows of any dtype are fine). Integers widen to
+    int64 and reals to float64, so nothing is narrowed before the range checks."""
+    if isinstance(rows, str | bytes) or not isinstance(rows, Sequence | np.ndarray):
+        raise InvalidRolloutError(name, rows, "must be a sequence of 1-D sequences")
+    wide = np.float64 if "f" in kinds else np.int64
+    lengths = np.zeros(len(rows), dtype=np.int64)
+    parts: list[np.ndarray] = []
+    for index, row in enumerate(rows):
+        field = f"rollouts[{index}].{name}"
+        if isinstance(row, str | bytes):
+            raise InvalidRolloutError(field, row, "must be a 1-D sequence of numbers")
+        array = as_array(field, row)
+        if array.ndim != 1:
+            raise InvalidRolloutError(field, row, f"must be a 1-D sequence, got {array.ndim}-D")
+        lengths[index] = array.size
+        if array.size == 0:
+            continue
+        if array.dtype.kind not in kinds:
+            raise InvalidRolloutError(field, row, f"must hold numbers, got {array.dtype}")
+        if array.dtype.kind == "u" and wide is np.int64 and int(array.max()) > MAX_INT64:
+            raise InvalidRolloutError(field, int(array.max()), "out of range")
+        parts.append(array.astype(wide, copy=False))
+    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=wide)
+    return lengths, flat
 
 
 def encode_tasks(
@@ -140,86 +187,202 @@ def encode_tasks(
 ) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
     if isinstance(tasks, str):
         return np.zeros(n, dtype=np.int16), (tasks,)
+    if not isinstance(tasks, Sequence | np.ndarray):
+        raise InvalidRolloutError("tasks", tasks, "must be a string or one string per rollout")
     if len(tasks) != n:
         raise InvalidRolloutError("tasks", f"<{len(tasks)} rows>", f"expected {n} rows")
     names: dict[str, int] = {}
     for index, task in enumerate(tasks):
         if not isinstance(task, str):
             raise InvalidRolloutError(f"rollouts[{index}].task", task, "must be a string")
-    codes = np.array([names.setdefault(t, len(names)) for t in tasks], dtype=np.int16)
-    return codes, tuple(names) or ("",)
+    codes = np.array([names.setdefault(t, len(names)) for t in tasks], dtype=np.int64)
+    if len(names) > MAX_TASKS:
+        raise InvalidRolloutError("tasks", f"<{len(names)} names>", f"at most {MAX_TASKS}")
+    return codes.astype(np.int16), tuple(names) or ("",)
 
 
 def lengths_array(name: str, values: object) -> npt.NDArray[np.int32]:
-    array = np.asarray(values)
+    array = as_array(name, values)
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         raise InvalidRolloutError(name, values, "must be a 1-D integer array")
     if array.size and array.min() < 0:
-        raise InvalidRolloutError(name, int(array.min()), "lengths must be non-negative")
+        i = int(np.argmin(array))
+        raise InvalidRolloutError(f"rollouts[{i}].{name}", int(array[i]), "must be >= 0")
+    if array.size and array.max() > MAX_LENGTH:
+        i = int(np.argmax(array))
+        raise InvalidRolloutError(
+            f"rollouts[{i}].{name}", int(array[i]), f"must be <= {MAX_LENGTH}"
+        )
     return array.astype(np.int32, copy=False)
 
 
 def per_rollout_floats(
     name: str, values: object, n: int, *, allow_nan: bool
 ) -> npt.NDArray[np.float64]:
-    array = np.asarray(values)
+    array = as_array(name, values)
     if array.ndim == 0:
         array = np.full(n, array)
     if array.shape != (n,) or (array.size and array.dtype.kind not in "fiub"):
         raise InvalidRolloutError(name, values, f"expected {n} real numbers")
     if array.dtype.kind == "b":
         raise InvalidRolloutError(name, values, "expected real numbers, got booleans")
-    array = array.astype(np.float64, copy=False)
-    bad = np.isinf(array) if allow_nan else ~np.isfinite(array)
+    wide = array.astype(np.float64, copy=False)
+    bad = np.isinf(wide) if allow_nan else ~np.isfinite(wide)
     if bad.any():
         i = int(np.argmax(bad))
-        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", float(array[i]), "must be finite")
-    return array
+        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", float(wide[i]), "must be finite")
+    return wide
 
 
 def per_rollout_ints(name: str, values: object, n: int) -> npt.NDArray[np.int64]:
-    array = np.asarray(values)
+    array = as_array(name, values)
     if array.ndim == 0:
         array = np.full(n, array)
     if array.shape != (n,) or (array.size and array.dtype.kind not in "iu"):
         raise InvalidRolloutError(name, values, f"expected {n} integers")
-    array = array.astype(np.int64, copy=False)
+    if array.size and array.dtype.kind == "u" and int(array.max()) > MAX_INT64:
+        i = int(np.argmax(array))
+        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", int(array[i]), "out of range")
     if array.size and array.min() < 0:
         i = int(np.argmin(array))
         raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", int(array[i]), "must be >= 0")
-    return array
+    return array.astype(np.int64, copy=False)
 
 
 def correct_flags(values: object | None, n: int) -> npt.NDArray[np.int8]:
+    """Per-rollout correctness: -1 unknown, 0 wrong, 1 correct (None and booleans accepted)."""
     if values is None:
         return np.full(n, -1, dtype=np.int8)
-    array = np.asarray(values)
+    array = as_array("correct", values)
+    if array.ndim == 0:
+        array = np.full(n, array)
     if array.shape != (n,):
         raise InvalidRolloutError("correct", values, f"expected {n} flags")
     if array.dtype == object:
-        return np.array([-1 if v is None else int(bool(v)) for v in array], dtype=np.int8)
-    array = array.astype(np.int8)
-    if array.size and (array.min() < -1 or array.max() > 1):
-        raise InvalidRolloutError("correct", values, "flags must be -1 (unknown), 0 or 1")
-    return array
+        items = array.tolist()
+        for i, v in enumerate(items):
+            if v is not None and not (isinstance(v, bool | np.bool_) or v in (0, 1)):
+                raise InvalidRolloutError(
+                    f"rollouts[{i}].correct", v, "must be True, False or None"
+                )
+        return np.array([-1 if v is None else int(bool(v)) for v in items], dtype=np.int8)
+    if array.size and array.dtype.kind not in "biu":
+        raise InvalidRolloutError("correct", values, f"flags must be integers, got {array.dtype}")
+    if array.size and array.dtype.kind != "b":
+        bad = (array < -1) | (array > 1)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidRolloutError(
+                f"rollouts[{i}].correct", int(array[i]), "flags must be -1 (unknown), 0 or 1"
+            )
+    return array.astype(np.int8, copy=False)
 
 
-def finish_codes(
-    values: Sequence[str] | npt.NDArray[np.uint8] | None, n: int
-) -> npt.NDArray[np.uint8]:
+def finish_codes(values: object | None, n: int) -> npt.NDArray[np.uint8]:
     if values is None:
         return np.zeros(n, dtype=np.uint8)
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
-        if values.shape != (n,) or (n and values.max() >= len(FINISH_REASONS)):
-            raise InvalidRolloutError("finish_reasons", values, f"codes index {FINISH_REASONS}")
-        return values.astype(np.uint8)
+        if values.shape != (n,):
+            raise InvalidRolloutError("finish_reasons", values, f"expected {n} codes")
+        bad = (values < 0) | (values >= len(FINISH_REASONS))
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidRolloutError(
+                f"rollouts[{i}].finish_reason", int(values[i]), f"codes index {FINISH_REASONS}"
+            )
+        return values.astype(np.uint8, copy=False)
+    if isinstance(values, str) or not isinstance(values, Sequence | np.ndarray):
+        raise InvalidRolloutError("finish_reasons", values, "expected one reason per rollout")
     if len(values) != n:
         raise InvalidRolloutError("finish_reasons", f"<{len(values)} rows>", f"expected {n}")
     out = np.empty(n, dtype=np.uint8)
     for i, reason in enumerate(values):
-        if reason not in FINISH_REASONS:
+        if not isinstance(reason, str) or reason not in FINISH_REASONS:
             raise InvalidRolloutError(
                 f"rollouts[{i}].finish_reason", reason, f"not in {FINISH_REASONS}"
             )
         out[i] = FINISH_REASONS.index(reason)
+    return out
+
+
+def task_table(
+    codes: object | None, names: object, n: int
+) -> tuple[npt.NDArray[np.int16], tuple[str, ...]]:
+    """Per-rollout task codes indexing a table of task names."""
+    if isinstance(names, str) or not isinstance(names, Sequence | np.ndarray):
+        raise InvalidRolloutError("task_names", names, "must be a sequence of strings")
+    table = tuple(names)
+    if not table or len(table) > MAX_TASKS or not all(isinstance(t, str) for t in table):
+        raise InvalidRolloutError("task_names", names, f"must be 1 to {MAX_TASKS} strings")
+    if codes is None:
+        return np.zeros(n, dtype=np.int16), table
+    array = as_array("task_codes", codes)
+    if array.shape != (n,) or (array.size and array.dtype.kind not in "iu"):
+        raise InvalidRolloutError("task_codes", codes, f"expected {n} integers")
+    bad = (array < 0) | (array >= len(table))
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidRolloutError(
+            f"rollouts[{i}].task_code", int(array[i]), f"must index task_names {table}"
+        )
+    return array.astype(np.int16, copy=False), table
+
+
+def validate_columns(
+    *,
+    prompt_ids: object,
+    prompt_lengths: object,
+    completion_ids: object,
+    completion_lengths: object,
+    behaviour_logprobs: object,
+    rewards: object,
+    advantages: object | None,
+    group_ids: object,
+    policy_versions: object,
+    correct: object | None,
+    finish_reasons: object | None,
+    task_codes: object | None,
+    task_names: object,
+    allow_empty: bool,
+) -> dict[str, Any]:
+    """Every column of a batch checked and narrowed to its storage dtype, as read-only arrays."""
+    p_len = lengths_array("prompt_lengths", prompt_lengths)
+    c_len = lengths_array("completion_lengths", completion_lengths)
+    n = len(c_len)
+    if len(p_len) != n:
+        raise InvalidRolloutError("prompt_lengths", f"<{len(p_len)} rows>", f"expected {n}")
+    p_off, c_off = offsets_of(p_len), offsets_of(c_len)
+    empty_prompt = np.flatnonzero(p_len == 0)
+    if empty_prompt.size:
+        raise InvalidRolloutError(
+            f"rollouts[{int(empty_prompt[0])}].prompt_ids", [], "needs at least one token"
+        )
+    empty = np.flatnonzero(c_len == 0)
+    if empty.size and not allow_empty:
+        raise InvalidRolloutError(
+            f"rollouts[{int(empty[0])}].completion_ids",
+            [],
+            "empty completion; pass allow_empty=True if intended",
+        )
+    codes, names = task_table(task_codes, task_names, n)
+    columns: dict[str, Any] = {
+        "prompt_ids": check_token_ids("prompt_ids", prompt_ids, p_off),
+        "prompt_lengths": p_len,
+        "completion_ids": check_token_ids("completion_ids", completion_ids, c_off),
+        "completion_lengths": c_len,
+        "behaviour_logprobs": check_logprobs(behaviour_logprobs, c_off),
+        "rewards": per_rollout_floats("rewards", rewards, n, allow_nan=False),
+        "advantages": (
+            np.full(n, np.nan)
+            if advantages is None
+            else per_rollout_floats("advantages", advantages, n, allow_nan=True)
+        ),
+        "group_ids": per_rollout_ints("group_ids", group_ids, n),
+        "policy_versions": per_rollout_ints("policy_versions", policy_versions, n),
+        "correct": correct_flags(correct, n),
+        "finish_reasons": finish_codes(finish_reasons, n),
+        "task_codes": codes,
+    }
+    out: dict[str, Any] = {name: readonly(array) for name, array in columns.items()}
+    out["task_names"] = names
     return out

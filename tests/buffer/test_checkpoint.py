@@ -18,6 +18,7 @@ from llm_replay.buffer import (
     SampleToInsertRatio,
     Uniform,
 )
+from llm_replay.buffer.checkpoint import _write_done
 from tests.conftest import make_batch
 
 SAMPLERS = [
@@ -108,9 +109,23 @@ def test_crafted_pickle_payload_is_never_executed(
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["arrays"]["storage.dense"] = {"dtype": "|O", "shape": [1]}
     (path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match=r"truncated or replaced|checksum"):
+        ReplayTable.load(path)
+    reseal(path)  # an attacker who also forges DONE gets no further
+    with pytest.raises(CheckpointError, match="would hold objects"):
+        ReplayTable.load(path)
+    manifest["arrays"]["storage.dense"] = {"dtype": "<i4", "shape": [1]}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    reseal(path)
     with pytest.raises(CheckpointError, match="cannot load as a plain array"):
         ReplayTable.load(path)
     assert not (tmp_path / "pwned-by-pickle").exists()
+
+
+def reseal(path: Path) -> None:
+    """Recompute DONE after tampering, as an attacker who knows the format would."""
+    (path / "DONE").unlink()
+    _write_done(path)
 
 
 def test_tampered_shapes_and_formats_are_refused(tmp_path: Path, rng: np.random.Generator) -> None:
@@ -118,13 +133,16 @@ def test_tampered_shapes_and_formats_are_refused(tmp_path: Path, rng: np.random.
     manifest = json.loads((path / "manifest.json").read_text())
     manifest["arrays"]["storage.dense"]["shape"] = [1]
     (path / "manifest.json").write_text(json.dumps(manifest))
+    reseal(path)
     with pytest.raises(CheckpointError, match="dtype/shape"):
         ReplayTable.load(path)
     manifest["format_version"] = 99
     (path / "manifest.json").write_text(json.dumps(manifest))
+    reseal(path)
     with pytest.raises(CheckpointError, match="format_version"):
         ReplayTable.load(path)
     (path / "manifest.json").write_text("{not json")
+    reseal(path)
     with pytest.raises(CheckpointError, match="unreadable manifest"):
         ReplayTable.load(path)
 

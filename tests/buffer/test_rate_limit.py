@@ -7,6 +7,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from llm_replay.buffer import (
     MinSize,
@@ -14,6 +16,7 @@ from llm_replay.buffer import (
     ReplayTable,
     SampleToInsertRatio,
     TableClosed,
+    Uniform,
 )
 from tests.conftest import make_batch
 
@@ -199,3 +202,94 @@ def test_wait_for_insert_and_sample_answer_without_changing_the_table(
     table.close()
     with pytest.raises(TableClosed):
         table.wait_for_insert(4, timeout=0)
+
+
+def test_sampler_without_replacement_cannot_starve_behind_the_limiter() -> None:
+    """Issue example (a): inserts used to block at size 5 while a sample of 8 waited forever."""
+    rng = np.random.default_rng(0)
+    table = ReplayTable(
+        100,
+        sampler=Uniform(replacement=False),
+        rate_limiter=SampleToInsertRatio(1, 1, 4.5, max_sample_batch=8),
+    )
+    for i in range(8):
+        table.insert(make_batch(rng, 1, first_group=i), timeout=0)
+    assert len(table.sample(8, timeout=0)) == 8
+    with pytest.raises(ValueError, match="could never be served"):
+        ReplayTable(
+            4,
+            sampler=Uniform(replacement=False),
+            rate_limiter=SampleToInsertRatio(1, 1, 20, max_sample_batch=8),
+        )
+
+
+def test_age_eviction_that_empties_the_table_cannot_deadlock() -> None:
+    """Issue example (b): after max_age evicted everything, insert and sample both blocked."""
+    rng = np.random.default_rng(0)
+    table = ReplayTable(
+        100,
+        max_age=1,
+        rate_limiter=SampleToInsertRatio(2, 8, 12, max_insert_batch=8, max_sample_batch=8),
+    )
+    table.insert(make_batch(rng, 8), timeout=0)
+    table.sample(8, timeout=0)
+    table.insert(make_batch(rng, 8), timeout=0)
+    table.set_policy_version(5)
+    assert table.size == 0
+    table.insert(make_batch(rng, 8, version=5), timeout=0)
+    assert len(table.sample(8, timeout=0)) == 8
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    replacement=st.booleans(),
+    max_age=st.one_of(st.none(), st.integers(0, 2)),
+    capacity=st.integers(8, 48),
+    spi=st.sampled_from([0.5, 1.0, 2.0, 3.0]),
+    min_size=st.integers(1, 8),
+    error_buffer=st.floats(1.0, 60.0),
+    m=st.integers(1, 8),
+    n=st.integers(1, 8),
+    ops=st.lists(st.integers(0, 3), min_size=1, max_size=80),
+    seed=st.integers(0, 1000),
+)
+def test_no_accepted_configuration_can_deadlock(
+    replacement: bool,
+    max_age: int | None,
+    capacity: int,
+    spi: float,
+    min_size: int,
+    error_buffer: float,
+    m: int,
+    n: int,
+    ops: list[int],
+    seed: int,
+) -> None:
+    """Whatever a producer of m and a consumer of n do (with evictions by capacity, age and
+    explicit removal in between), one of them can always proceed."""
+    try:
+        table = ReplayTable(
+            capacity,
+            sampler=Uniform(replacement=replacement),
+            max_age=max_age,
+            rate_limiter=SampleToInsertRatio(
+                spi, min_size, error_buffer, max_insert_batch=m, max_sample_batch=n
+            ),
+        )
+    except ValueError:
+        assume(False)
+        return
+    rng = np.random.default_rng(seed)
+    version = 0
+    for op in ops:
+        if op == 0 and table._can_insert(m):
+            table.insert(make_batch(rng, m, version=version), timeout=0)
+        elif op == 1 and table._can_sample(n):
+            table.sample(n, timeout=0)
+        elif op == 2:
+            version += 1
+            table.set_policy_version(version)
+        elif op == 3 and table.size:
+            live = table.storage.keys_of(table.storage.live_slots())
+            table.remove(live[: int(rng.integers(1, len(live) + 1))])
+        assert table._can_insert(m) or table._can_sample(n), (table, table.counters)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_replay.buffer import (
     Fifo,
@@ -18,6 +21,7 @@ from llm_replay.buffer import (
     make_sampler,
 )
 from llm_replay.buffer.sum_tree import SumTree
+from llm_replay.rollout import RolloutBatch
 from tests.conftest import make_batch
 
 DRAWS = 120_000
@@ -175,3 +179,38 @@ def test_make_sampler_validates() -> None:
         PositiveBiased(delta=1.5)
     with pytest.raises(ValueError, match="half_life"):
         Recency(half_life=0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    capacity=st.integers(2, 40),
+    delta=st.sampled_from([0.0, 0.1, 0.3, 0.5, 0.7, 1.0]),
+    inserts=st.lists(st.lists(st.booleans(), min_size=1, max_size=40), min_size=1, max_size=12),
+)
+def test_positive_biased_keeps_exactly_its_windows_whatever_the_insert_width(
+    capacity: int, delta: float, inserts: list[list[bool]]
+) -> None:
+    """Freshest (1-δ)N of everything inserted, plus the freshest δN correct among the rest."""
+    table = ReplayTable(capacity, sampler=PositiveBiased(delta=delta))
+    rng = np.random.default_rng(0)
+    flags: list[bool] = []
+    index_of: dict[int, int] = {}
+    for width_flags in inserts:
+        chosen = width_flags[:capacity]
+        base = make_batch(rng, len(chosen), first_group=len(flags))
+        batch = RolloutBatch.from_rollouts(
+            [dataclasses.replace(r, correct=c) for r, c in zip(base, chosen, strict=True)]
+        )
+        for offset, key in enumerate(table.insert(batch).tolist()):
+            if key >= 0:
+                index_of[key] = len(flags) + offset
+        flags.extend(chosen)
+    kept_n = round(delta * capacity)
+    total = len(flags)
+    fresh = set(range(max(0, total - (capacity - kept_n)), total))
+    older_correct = [i for i in range(total) if flags[i] and i not in fresh]
+    expected = fresh | set(older_correct[max(0, len(older_correct) - kept_n) :] if kept_n else [])
+    live = table.storage.keys_of(table.storage.live_slots()).tolist()
+    assert {index_of[k] for k in live} == expected
+    assert table.stats().inserts == total
+    assert sum(table.stats().evictions.values()) == total - len(expected)

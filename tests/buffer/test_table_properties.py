@@ -108,6 +108,7 @@ class TableMachine(RuleBasedStateMachine):
         self.next_group = 0
         self.version = 0
         self.sampled = 0
+        self.dropped = 0  # rows the retention rule dropped on arrival (key -1)
 
     @rule(n=st.integers(1, 12))
     def insert(self, n: int) -> None:
@@ -124,8 +125,14 @@ class TableMachine(RuleBasedStateMachine):
         except ValueError as error:  # an insert too big for max_tokens is refused whole
             assert "max_tokens" in str(error)
             return
-        assert len(set(keys.tolist())) == n
+        stored = keys[keys >= 0]
+        assert len(set(stored.tolist())) == len(stored)
+        if len(stored) < n:
+            assert self.sampler_name == "positive_biased"
         for key, item in zip(keys.tolist(), batch.rollouts(), strict=True):
+            if key < 0:
+                self.dropped += 1
+                continue
             assert key not in self.inserted, "keys are never reused"
             self.inserted[key] = item
 
@@ -194,7 +201,7 @@ class TableMachine(RuleBasedStateMachine):
         assert set(keys.tolist()) <= set(self.inserted)
         assert stats.size == len(keys) == table.size
         assert stats.num_tokens == sum(self.inserted[k].num_tokens for k in keys.tolist())
-        assert stats.inserts == len(self.inserted)
+        assert stats.inserts == len(self.inserted) + self.dropped
         assert sum(stats.evictions.values()) == stats.inserts - stats.size
         assert stats.samples == self.sampled
         assert stats.size <= table.max_rollouts

@@ -83,6 +83,7 @@ class Sample:
             finish_reasons=self.finish_reasons.copy(),
             task_codes=self.task_codes.copy(),
             task_names=self.task_names,
+            allow_empty=True,
         )
 
     def rollouts(self) -> list[Rollout]:

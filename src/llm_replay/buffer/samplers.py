@@ -13,8 +13,15 @@ table calls under its lock, and answers `sample(n, rng, storage) -> (slots, prob
 | `Recency` | weight 2^(-age / half_life), age in policy versions | — |
 | `Groups` | whole groups (all stored rollouts of a prompt instance), uniformly | GRPO |
 
-`PositiveBiased` is a retention rule as much as a sampler: it tells the table which rollouts fell
-out of both windows (`retention`), and the table evicts them with reason "retention".
+`PositiveBiased` is a retention rule as much as a sampler: before an insert it tells the table
+(`admit`) which stored rollouts fall out of both windows and which incoming ones are dropped on
+arrival; the table evicts them with reason "retention". `admit` sees the whole incoming batch, so
+the rule holds exactly whatever the insert's width.
+
+Priorities are sampling *masses* (p + ε)^α summed in float64; a mass outside
+[`MIN_MASS`, `MAX_MASS`] is refused (naming the rollout), so the total can neither overflow nor
+make the smallest probability underflow: every draw has a finite, positive probability and a
+finite importance weight.
 """
 
 from __future__ import annotations
@@ -29,10 +36,17 @@ import numpy.typing as npt
 
 from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.buffer.sum_tree import SumTree
+from llm_replay.rollout import RolloutBatch
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 EMPTY = np.zeros(0, dtype=np.int64)
+
+MAX_MASS = 1e100
+"""Largest sampling mass (p + ε)^α of one rollout; with ~1e9 of them the sum stays finite."""
+
+MIN_MASS = 1e-100
+"""Smallest non-zero mass, so the smallest draw probability stays a normal float64."""
 
 
 class Sampler(ABC):
@@ -51,9 +65,13 @@ class Sampler(ABC):
     def on_remove(self, slots: I64) -> None:  # noqa: B027 - optional hook
         """Rollouts at `slots` are about to be freed (still readable)."""
 
-    def retention(self, incoming: int) -> I64:
-        """Slots to evict before `incoming` more rollouts arrive (default: none)."""
-        return EMPTY
+    def check_insert(self, batch: RolloutBatch) -> None:  # noqa: B027 - optional hook
+        """Refuse (raise, naming the field) what this sampler cannot index; changes nothing."""
+
+    def admit(self, batch: RolloutBatch) -> tuple[I64, npt.NDArray[np.bool_] | None]:
+        """Before `batch` is stored: stored slots to evict, and which incoming rows to keep
+        (None: all). Called under the table's lock once the insert is admitted."""
+        return EMPTY, None
 
     def available(self) -> int:
         """How many rollouts one batch may draw without replacement."""
@@ -151,8 +169,19 @@ class _TreeSampler(Sampler):
         }
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        leaves = arrays["leaves"]
+        live = np.zeros(self.storage.capacity, dtype=bool)
+        live[self.storage.live_slots()] = True
+        if (
+            leaves.shape != (self.storage.capacity,)
+            or not np.isfinite(leaves).all()
+            or (leaves < 0).any()
+            or (leaves > MAX_MASS).any()
+            or (leaves[~live] != 0).any()
+        ):
+            raise ValueError(f"sampler leaves: must be {self.storage.capacity} masses in range")
         base = self.tree.leaf_base
-        self.tree.sums[base : base + self.storage.capacity] = arrays["leaves"]
+        self.tree.sums[base : base + self.storage.capacity] = leaves
         self.tree.rebuild()  # internal nodes are always left + right, so this is exact
         self._load_scalars(arrays["scalars"])
 
@@ -169,13 +198,33 @@ class Prioritized(_TreeSampler):
     def __init__(self, alpha: float = 0.5, beta: float = 0.4, epsilon: float = 1e-6) -> None:
         self.alpha = _check_exponent("alpha", alpha)
         self.beta = _check_exponent("beta", beta)
-        if not (math.isfinite(epsilon) and epsilon > 0):
+        if not (isinstance(epsilon, int | float) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon = {epsilon!r}: must be finite and > 0")
         self.epsilon = float(epsilon)
+        if not MIN_MASS <= self._mass(np.zeros(1))[0] <= MAX_MASS:
+            raise ValueError(
+                f"epsilon ** alpha = {self.epsilon} ** {self.alpha}: the mass of a zero priority "
+                f"must lie in [{MIN_MASS}, {MAX_MASS}]"
+            )
         self.max_priority = 1.0
 
     def _mass(self, priorities: F64) -> F64:
-        return np.power(np.abs(priorities) + self.epsilon, self.alpha)
+        with np.errstate(over="ignore"):
+            return np.power(np.abs(priorities) + self.epsilon, self.alpha)
+
+    def _check_priorities(self, field: str, priorities: F64) -> None:
+        bad = ~np.isfinite(priorities) | (priorities < 0)
+        bad |= ~(self._mass(np.where(bad, 0.0, priorities)) <= MAX_MASS)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"{field.format(i)} = {float(priorities[i])!r}: a priority must be finite, >= 0 and "
+                f"have (p + epsilon) ** alpha <= {MAX_MASS}"
+            )
+
+    def check_insert(self, batch: RolloutBatch) -> None:
+        adv = np.asarray(batch.advantages)
+        self._check_priorities("rollouts[{}].advantage", np.abs(np.where(np.isnan(adv), 0, adv)))
 
     def on_insert(self, slots: I64) -> None:
         adv = self.storage.advantage[slots]
@@ -188,11 +237,7 @@ class Prioritized(_TreeSampler):
         p = np.asarray(priorities, dtype=np.float64)
         if p.shape != slots.shape:
             raise ValueError(f"priorities has shape {p.shape}, expected {slots.shape}")
-        bad = ~np.isfinite(p) | (p < 0)
-        if bad.any():
-            raise ValueError(
-                f"priorities[{int(np.argmax(bad))}] = {p[bad][0]!r}: must be finite, >= 0"
-            )
+        self._check_priorities("priorities[{}]", p)
         if len(p):
             self.max_priority = max(self.max_priority, float(p.max()))
         self.tree.set(slots, self._mass(p))
@@ -282,23 +327,22 @@ class PositiveBiased(Uniform):
         slots, found = self.storage.slots_of(np.array([key]))
         return int(slots[0]) if found[0] else None
 
-    def on_insert(self, slots: I64) -> None:
-        self._fresh.extend(self.storage.keys_of(slots).tolist())
-        self._in_fresh[slots] = True
-        self._fresh_live += len(slots)
+    def admit(self, batch: RolloutBatch) -> tuple[I64, npt.NDArray[np.bool_] | None]:
+        """Apply the windows to (stored rollouts, then `batch`) in insertion order.
 
-    def on_remove(self, slots: I64) -> None:
-        fresh = int(np.count_nonzero(self._in_fresh[slots]))
-        self._fresh_live -= fresh
-        self._kept_live -= len(slots) - fresh
-        self._in_fresh[slots] = False
-
-    def retention(self, incoming: int) -> I64:
+        The oldest fresh rollouts leave the fresh window first, stored ones before incoming ones;
+        those that are correct join the kept queue, the rest go. Then the kept queue is cut to its
+        capacity, oldest first. Incoming rows that leave the window within their own insert and
+        are not kept are dropped on arrival; `on_insert` files the kept ones as kept.
+        """
+        n = len(batch)
+        leaving = max(0, self._fresh_live + n - self.fresh_capacity)
         evict: list[int] = []
-        while self._fresh_live + incoming > self.fresh_capacity and self._fresh:
+        while leaving > 0 and self._fresh:
             slot = self._live_slot(self._fresh.popleft())
             if slot is None:
                 continue
+            leaving -= 1
             # Out of the fresh window: counted as old whether kept or about to be evicted, so the
             # table's on_remove uncounts it from the right side.
             self._in_fresh[slot] = False
@@ -308,11 +352,40 @@ class PositiveBiased(Uniform):
                 self._kept.append(int(self.storage.keys_of([slot])[0]))
             else:
                 evict.append(slot)
-        while self._kept_live - len(evict) > self.correct_capacity and self._kept:
+        keep = np.ones(n, dtype=bool)
+        incoming_kept = np.zeros(n, dtype=bool)
+        early = np.arange(min(leaving, n))  # incoming rows already outside the fresh window
+        incoming_kept[early] = np.asarray(batch.correct)[early] == 1
+        keep[early] = incoming_kept[early]
+        surplus = self._kept_live - len(evict) + int(incoming_kept.sum()) - self.correct_capacity
+        while surplus > 0 and self._kept:
             slot = self._live_slot(self._kept.popleft())
             if slot is not None:
                 evict.append(slot)
-        return np.asarray(evict, dtype=np.int64)
+                surplus -= 1
+        if surplus > 0:  # the stored kept queue is gone: the oldest incoming kept rows go too
+            dropped = np.flatnonzero(incoming_kept)[:surplus]
+            keep[dropped] = incoming_kept[dropped] = False
+        self._arriving_kept = incoming_kept[keep]
+        return np.asarray(evict, dtype=np.int64), keep
+
+    def on_insert(self, slots: I64) -> None:
+        kept = getattr(self, "_arriving_kept", np.zeros(len(slots), dtype=bool))
+        if len(kept) != len(slots):  # pragma: no cover - the table always calls admit first
+            kept = np.zeros(len(slots), dtype=bool)
+        self._arriving_kept = np.zeros(0, dtype=bool)
+        keys = self.storage.keys_of(slots)
+        self._fresh.extend(keys[~kept].tolist())
+        self._kept.extend(keys[kept].tolist())
+        self._in_fresh[slots[~kept]] = True
+        self._fresh_live += int((~kept).sum())
+        self._kept_live += int(kept.sum())
+
+    def on_remove(self, slots: I64) -> None:
+        fresh = int(np.count_nonzero(self._in_fresh[slots]))
+        self._fresh_live -= fresh
+        self._kept_live -= len(slots) - fresh
+        self._in_fresh[slots] = False
 
     def config(self) -> dict[str, Any]:
         return {"delta": self.delta, "replacement": self.replacement}
@@ -326,6 +399,11 @@ class PositiveBiased(Uniform):
         }
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
+        in_fresh, counters = arrays["in_fresh"], arrays["counters"]
+        if in_fresh.shape != (self.storage.capacity,) or counters.shape != (2,):
+            raise ValueError("sampler in_fresh/counters: wrong shape")
+        if int(in_fresh.sum()) != int(counters[0]) or int(counters.sum()) != self.storage.size:
+            raise ValueError("sampler counters: do not match the stored rollouts")
         self._fresh = deque(arrays["fresh"].tolist())
         self._kept = deque(arrays["kept"].tolist())
         self._in_fresh[:] = arrays["in_fresh"]
@@ -395,7 +473,11 @@ class Groups(Sampler):
 
     def load_state_arrays(self, arrays: dict[str, np.ndarray]) -> None:
         self.bind(self.storage)
-        for group, slot in arrays["members"].tolist():
+        members = arrays["members"]
+        slots = members[:, 1] if members.ndim == 2 and members.shape[1:] == (2,) else None
+        if slots is None or not np.array_equal(np.sort(slots), np.sort(self.storage.live_slots())):
+            raise ValueError("sampler members: must list every stored rollout once")
+        for group, slot in members.tolist():
             if group not in self._members:
                 self._members[group] = []
                 self._pos[group] = len(self._order)

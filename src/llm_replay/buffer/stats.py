@@ -33,6 +33,7 @@ class TableStats:
     max_rollouts: int
     num_tokens: int
     max_tokens: int | None
+    max_bytes: int | None
     nbytes: int
     payload_nbytes: int
     policy_version: int
@@ -64,6 +65,7 @@ class TableStats:
             f"{prefix}/size": float(self.size),
             f"{prefix}/tokens": float(self.num_tokens),
             f"{prefix}/bytes": float(self.nbytes),
+            f"{prefix}/payload_bytes": float(self.payload_nbytes),
             f"{prefix}/inserts": float(self.inserts),
             f"{prefix}/samples": float(self.samples),
             f"{prefix}/samples_per_insert": self.samples_per_insert,

@@ -19,12 +19,12 @@ Simplifications: one arena (no sharding); growth and compaction copy under the t
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.rollout import RolloutBatch, concat_ranges
+from llm_replay.rollout import FINISH_REASONS, RolloutBatch, concat_ranges
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -37,6 +37,9 @@ MAX_GROWTH_STEP = 8.0
 
 HEADROOM = 1.05
 """The arena is sized to the projected steady state plus this margin."""
+
+UNIT_BYTES = 4
+"""Bytes per arena unit: a token id (int32) or a behaviour log-prob (float32)."""
 
 COLUMNS: dict[str, Any] = {
     "offset": np.int64,
@@ -56,16 +59,27 @@ COLUMNS: dict[str, Any] = {
 }
 
 
+def batch_nbytes(batch: RolloutBatch) -> int:
+    """Payload bytes `batch` takes once stored: ids and completion log-probs, 4 bytes each."""
+    return UNIT_BYTES * (batch.prompt_ids.size + 2 * batch.completion_ids.size)
+
+
 class RolloutStorage:
     """Fixed-capacity slot columns and a growable ring arena; no locking (the table locks)."""
 
     def __init__(
-        self, capacity: int, *, max_tokens: int | None = None, initial_units: int = 1 << 16
+        self,
+        capacity: int,
+        *,
+        max_tokens: int | None = None,
+        max_bytes: int | None = None,
+        initial_units: int = 1 << 16,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity = {capacity}: must be >= 1")
         self.capacity = capacity
         self.max_tokens = max_tokens
+        self.max_bytes = max_bytes
         # Everything ever added, to project the arena's steady-state size.
         self.rollouts_added = 0
         self.units_added = 0
@@ -100,6 +114,8 @@ class RolloutStorage:
         self._oldest_seq = 0
         # The arena ring.
         self.max_len = 0  # longest rollout (prompt + completion tokens) ever stored
+        if max_bytes is not None:  # never start above what the byte bound lets the arena hold
+            initial_units = min(initial_units, int(max_bytes * HEADROOM) // UNIT_BYTES + 1)
         self._set_arena(np.zeros(max(int(initial_units), 16) + _guard_for(0), dtype=np.int32))
         self.head = 0
         self.live_units = 0
@@ -233,6 +249,8 @@ class RolloutStorage:
         projected = self.units_added / max(1, self.rollouts_added) * self.capacity
         if self.max_tokens is not None and self.tokens_added:
             projected = min(projected, self.max_tokens * self.units_added / self.tokens_added)
+        if self.max_bytes is not None:
+            projected = min(projected, self.max_bytes / UNIT_BYTES)
         return projected
 
     def _allocate(self, units: I64) -> I64:
@@ -393,6 +411,7 @@ class RolloutStorage:
             finish_reasons=self.finish_reason[slots].copy(),
             task_codes=self.task_code[slots].copy(),
             task_names=tuple(self.task_names),
+            allow_empty=True,
         )
 
     # ----------------------------------------------------------------- accounting
@@ -412,7 +431,17 @@ class RolloutStorage:
     @property
     def payload_nbytes(self) -> int:
         """Raw payload of the live rollouts: token ids (4 B) + completion log-probs (4 B)."""
-        return 4 * self.live_units
+        return UNIT_BYTES * self.live_units
+
+    def rollout_tokens(self, slots: I64) -> I64:
+        """Prompt + completion tokens of each stored rollout at `slots`."""
+        return self.prompt_len[slots].astype(np.int64) + self.completion_len[slots]
+
+    def rollout_nbytes(self, slots: I64) -> I64:
+        """Payload bytes of each stored rollout at `slots` (what `max_bytes` bounds)."""
+        return UNIT_BYTES * (
+            self.prompt_len[slots].astype(np.int64) + 2 * self.completion_len[slots]
+        )
 
     # ----------------------------------------------------------------- state
     def state_arrays(self) -> dict[str, np.ndarray]:
@@ -445,6 +474,7 @@ class RolloutStorage:
         }
 
     def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        _check_state(self.capacity, meta, arrays)
         used = int(meta["fresh_slot"])
         for name in COLUMNS:
             if name != "offset":
@@ -480,6 +510,77 @@ class RolloutStorage:
         self.live_units = total
         self.num_tokens = int(p.sum() + c.sum())
         self.task_names = list(meta["task_names"])
+
+
+def _check_state(capacity: int, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Refuse (ValueError naming the entry) a saved state that does not describe a valid storage."""
+
+    def fail(name: str, why: str) -> NoReturn:
+        raise ValueError(f"storage {name}: {why}")
+
+    ints = ("capacity", "fresh_slot", "next_seq", "oldest_seq", "arena_units")
+    for name in ints:
+        if isinstance(meta.get(name), bool) or not isinstance(meta.get(name), int):
+            fail(name, "must be an integer")
+    if meta["capacity"] != capacity or not 0 <= meta["fresh_slot"] <= capacity:
+        fail("capacity", f"{meta['capacity']}/{meta['fresh_slot']} do not fit {capacity} slots")
+    if not 0 <= meta["oldest_seq"] <= meta["next_seq"] or meta["arena_units"] < 0:
+        fail("next_seq", "sequence counters out of order")
+    names = meta.get("task_names")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        fail("task_names", "must be a non-empty list of strings")
+    added = meta.get("added")
+    if not (isinstance(added, list) and len(added) == 3 and all(isinstance(x, int) for x in added)):
+        fail("added", "must be three integers")
+    used = meta["fresh_slot"]
+    for name, dtype in COLUMNS.items():
+        if name == "offset":
+            continue
+        column = arrays.get(f"col_{name}")
+        if column is None or column.dtype != dtype or column.shape != (used,):
+            fail(f"col_{name}", f"must be {np.dtype(dtype)}[{used}]")
+    for name in ("slots_in_order", "dense", "free"):
+        array = arrays.get(name)
+        if array is None or array.ndim != 1 or array.dtype.kind not in "iu":
+            fail(name, "must be a 1-D integer array")
+    ordered = arrays["slots_in_order"].astype(np.int64)
+    everything = np.concatenate((ordered, arrays["free"].astype(np.int64)))
+    if not np.array_equal(np.sort(everything), np.arange(used)):
+        fail("slots_in_order", "live and free slots must partition the used slots")
+    if not np.array_equal(np.sort(arrays["dense"].astype(np.int64)), np.sort(ordered)):
+        fail("dense", "must list exactly the live slots")
+    p = arrays["col_prompt_len"][ordered].astype(np.int64)
+    c = arrays["col_completion_len"][ordered].astype(np.int64)
+    if len(ordered) and (p.min() < 1 or c.min() < 0):
+        fail("col_prompt_len", "lengths out of range")
+    payload = {"prompt_ids": int(p.sum()), "completion_ids": int(c.sum())}
+    payload["behaviour_logprobs"] = payload["completion_ids"]
+    for name, size in payload.items():
+        array = arrays.get(name)
+        if array is None or array.ndim != 1 or array.size != size or array.dtype.itemsize != 4:
+            fail(name, f"must hold {size} 4-byte values")
+    seqs = arrays["col_seq"][ordered]
+    if len(ordered) and (
+        seqs.min() < meta["oldest_seq"]
+        or seqs.max() >= meta["next_seq"]
+        or np.unique(seqs).size != len(seqs)
+        or meta["next_seq"] - meta["oldest_seq"] > max(2 * capacity, 16)
+    ):
+        fail("col_seq", "insertion order is inconsistent")
+    if not np.all(np.diff(seqs) > 0):
+        fail("slots_in_order", "must be in insertion order")
+    checks = {
+        "col_correct": (-1, 1),
+        "col_finish_reason": (0, len(FINISH_REASONS) - 1),
+        "col_task_code": (0, len(names) - 1),
+        "col_times_sampled": (0, None),
+        "col_policy_version": (0, None),
+        "col_epoch": (0, None),
+    }
+    for name, (low, high) in checks.items():
+        values = arrays[name]
+        if values.size and (values.min() < low or (high is not None and values.max() > high)):
+            fail(name, "values out of range")
 
 
 def _guard_for(max_len: int) -> int:

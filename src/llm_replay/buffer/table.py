@@ -6,8 +6,16 @@ samples that come out learner-ready (padded ids, behaviour log-probs, masks) wit
 age, reuse count, draw probability and importance weight.
 
 Every public call validates its input before touching state, so a bad call leaves the table as it
-was. One condition variable guards everything; blocking calls (when the rate limiter holds a side
-back) take a timeout and wake up when the table is closed.
+was: contents, counters and RNG. One condition variable guards everything; blocking calls (when
+the rate limiter holds a side back) take a timeout and wake up when the table is closed.
+
+No configuration can deadlock. Besides the limiter's own construction-time checks, the table
+admits an insert whenever the sample side is *starved* — it holds fewer rollouts than the
+largest sample it must serve (`min_size_to_sample`, or `max_sample_batch` for a sampler that
+draws without replacement). Reverb's rule alone deadlocks there: after eviction by age, capacity
+or retention empties the table, or when a batch insert crosses `min_size_to_sample` above the
+band, a blocked insert and a blocked sample would wait for each other forever. Elsewhere the
+limiter decides exactly as Reverb does.
 """
 
 from __future__ import annotations
@@ -34,17 +42,28 @@ from llm_replay.buffer.rate_limit import (
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Sampler, Uniform
 from llm_replay.buffer.stats import TableCounters, TableStats, histogram
-from llm_replay.buffer.storage import RolloutStorage
+from llm_replay.buffer.storage import RolloutStorage, batch_nbytes
 from llm_replay.rollout import Group, Rollout, RolloutBatch
 
 logger = logging.getLogger(__name__)
 
 I64 = npt.NDArray[np.int64]
+INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 
 
 def _batch_size(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"batch_size = {value!r}: must be a positive integer")
+    return int(value)
+
+
+def _pad_id(value: object) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or not INT32_MIN <= int(value) <= INT32_MAX
+    ):
+        raise ValueError(f"pad_id = {value!r}: must be an integer that fits int32")
     return int(value)
 
 
@@ -67,11 +86,14 @@ class ReplayTable:
         max_tokens: int | None = None,
         max_age: int | None = None,
         max_times_sampled: int | None = None,
+        max_bytes: int | None = None,
         rate_limiter: RateLimiter | None = None,
         seed: int = 0,
         name: str = "replay",
     ) -> None:
-        self.eviction = EvictionPolicy(max_rollouts, max_tokens, max_age, max_times_sampled)
+        self.eviction = EvictionPolicy(
+            max_rollouts, max_tokens, max_age, max_times_sampled, max_bytes
+        )
         self.sampler = sampler if sampler is not None else Uniform()
         if not isinstance(self.sampler, Sampler):
             raise TypeError(f"sampler = {self.sampler!r}: must be a Sampler")
@@ -83,11 +105,21 @@ class ReplayTable:
                 f"rate_limiter.min_size_to_sample = {self.rate_limiter.min_size_to_sample} "
                 f"exceeds max_rollouts = {max_rollouts}: sampling could never start"
             )
+        if (
+            not self.sampler.with_replacement
+            and self.rate_limiter.bounded
+            and self.rate_limiter.max_sample_batch > max_rollouts
+        ):
+            raise ValueError(
+                f"rate_limiter.max_sample_batch = {self.rate_limiter.max_sample_batch} exceeds "
+                f"max_rollouts = {max_rollouts} and the {self.sampler.name!r} sampler draws "
+                "without replacement: such a sample could never be served"
+            )
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
         self.name = str(name)
         self.seed = int(seed)
-        self.storage = RolloutStorage(max_rollouts, max_tokens=max_tokens)
+        self.storage = RolloutStorage(max_rollouts, max_tokens=max_tokens, max_bytes=max_bytes)
         self.sampler.bind(self.storage)
         self._rng = np.random.default_rng(seed)
         self._cond = threading.Condition(threading.Lock())
@@ -188,29 +220,39 @@ class ReplayTable:
         *,
         timeout: float | None = None,
     ) -> I64:
-        """Add rollouts (all or nothing); returns their keys. Blocks while the limiter says so."""
+        """Add rollouts (all or nothing); returns their keys. Blocks while the limiter says so.
+
+        Everything is checked before the table changes: a rejected insert leaves contents,
+        counters and RNG as they were. A row that the sampler's retention rule drops on arrival
+        (positive-biased: an incorrect rollout that leaves the fresh window within its own
+        insert) counts as inserted and evicted ("retention") and gets key -1.
+        """
         batch = RolloutBatch.coerce(rollouts)
         wait = _timeout(timeout)
         n = len(batch)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        tokens = batch.num_tokens
-        self.eviction.check_insert(n, tokens)
+        tokens, nbytes = batch.num_tokens, batch_nbytes(batch)
+        self.eviction.check_insert(n, tokens, nbytes)
         self.rate_limiter.check_insert_size(n)
+        self.sampler.check_insert(batch)
         with self._cond:
-            self._wait(
-                lambda: self._can_insert(n),
-                wait,
-                f"insert of {n} rollouts",
-            )
-            self._evict(self.sampler.retention(n), "retention")
-            by_count, by_tokens = self.eviction.for_capacity(self.storage, n, tokens)
-            self._evict(by_count, "capacity_rollouts")
-            self._evict(by_tokens, "capacity_tokens")
-            slots = self.storage.add(batch, self._version)
-            keys = self.storage.keys_of(slots)  # before any rule below can evict (and re-key) them
+            self._wait(lambda: self._can_insert(n), wait, f"insert of {n} rollouts")
+            evict, keep = self.sampler.admit(batch)
+            self._evict(evict, "retention")
+            stored = batch
+            if keep is not None and not keep.all():
+                stored = batch.select(np.flatnonzero(keep))
+                self._evictions["retention"] += n - len(stored)
+            for reason, slots in self.eviction.for_capacity(
+                self.storage, len(stored), stored.num_tokens, batch_nbytes(stored)
+            ):
+                self._evict(slots, reason)
+            slots = self.storage.add(stored, self._version) if len(stored) else EMPTY
+            keys = np.full(n, -1, dtype=np.int64)
+            # before any rule below can evict (and re-key) them
+            keys[slice(None) if keep is None else keep] = self.storage.keys_of(slots)
             self.sampler.on_insert(slots)
-            self._evict(self.sampler.retention(0), "retention")  # an insert wider than a window
             self.counters.inserts += n
             self.counters.insert_calls += 1
             if self.eviction.max_age is not None:
@@ -226,6 +268,7 @@ class ReplayTable:
         """Draw `batch_size` rollouts as a learner-ready `Sample`. Blocks while the limiter says so."""
         n = _batch_size(batch_size)
         wait = _timeout(timeout)
+        pad = _pad_id(pad_id)
         self.rate_limiter.check_sample_size(n)
         if not self.sampler.with_replacement and n > self.max_rollouts:
             raise ValueError(
@@ -235,14 +278,21 @@ class ReplayTable:
         with self._cond:
             self._wait(lambda: self._can_sample(n), wait, f"sample of {n} rollouts")
             slots, probabilities = self.sampler.sample(n, self._rng)
-            result = self._build_sample(slots, probabilities, pad_id, count=True)
+            result = self._build_sample(slots, probabilities, pad, count=True)
             self._evict(self.eviction.for_times_sampled(self.storage, slots), "max_times_sampled")
             self._cond.notify_all()
         return result
 
+    def _starved(self) -> bool:
+        """The sample side cannot be served for lack of rollouts (so inserts must pass)."""
+        need = self.rate_limiter.min_size_to_sample
+        if not self.sampler.with_replacement and self.rate_limiter.bounded:
+            need = max(need, self.rate_limiter.max_sample_batch)
+        return self.sampler.available() < need
+
     def _can_insert(self, n: int) -> bool:
         c = self.counters
-        return self.rate_limiter.can_insert(n, self.size, c.inserts, c.samples)
+        return self._starved() or self.rate_limiter.can_insert(n, self.size, c.inserts, c.samples)
 
     def _can_sample(self, n: int) -> bool:
         if self.size == 0:
@@ -291,17 +341,21 @@ class ReplayTable:
     def get(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
         """Read stored rollouts by key without counting a sample; also returns which keys exist."""
         key_array = _keys(keys)
+        pad = _pad_id(pad_id)
         with self._cond:
             slots, found = self.storage.slots_of(key_array)
             hit = slots[found]
-            result = self._build_sample(hit, np.ones(len(hit)), pad_id, count=False)
+            result = self._build_sample(hit, np.ones(len(hit)), pad, count=False)
         return result, found
 
     # ----------------------------------------------------------------- updates
     def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
         """Set priorities for stored keys; keys already evicted are skipped. Returns how many."""
         key_array = _keys(keys)
-        values = np.asarray(priorities, dtype=np.float64)
+        try:
+            values = np.asarray(priorities, dtype=np.float64)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"priorities = {priorities!r}: not real numbers ({error})") from None
         if values.shape != key_array.shape:
             raise ValueError(f"priorities has shape {values.shape}, keys has {key_array.shape}")
         with self._cond:
@@ -409,6 +463,7 @@ class ReplayTable:
                 max_rollouts=self.max_rollouts,
                 num_tokens=st.num_tokens,
                 max_tokens=self.eviction.max_tokens,
+                max_bytes=self.eviction.max_bytes,
                 nbytes=st.nbytes,
                 payload_nbytes=st.payload_nbytes,
                 policy_version=self._version,
@@ -466,6 +521,7 @@ class ReplayTable:
             max_tokens=eviction["max_tokens"],
             max_age=eviction["max_age"],
             max_times_sampled=eviction["max_times_sampled"],
+            max_bytes=eviction.get("max_bytes"),
             rate_limiter=RateLimiter.from_config(meta["rate_limiter"]),
             seed=meta["seed"],
             name=meta["name"],
@@ -478,8 +534,15 @@ class ReplayTable:
         counters = {k: int(v) for k, v in meta["counters"].items()}
         table._version = counters.pop("version")
         table.counters = TableCounters(**counters)
+        if not set(meta["evictions"]) <= set(REASONS):
+            raise ValueError(
+                f"evictions: unknown reasons {sorted(set(meta['evictions']) - set(REASONS))}"
+            )
         table._evictions.update({k: int(v) for k, v in meta["evictions"].items()})
         return table
+
+
+EMPTY = np.zeros(0, dtype=np.int64)
 
 
 def _increment(counter: npt.NDArray[np.int32], slots: I64) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,21 +53,34 @@ class MetricsLogger:
             self._tb.close()
 
 
+def _records(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(line, record) for every complete JSON line; a torn line (a write cut short by a crash)
+    or any other unparseable line is skipped, never fatal."""
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append((line, record))
+    return out
+
+
 def truncate_log(run_dir: Path, iteration: int) -> None:
-    """Drop records after `iteration` (they belong to a run that was interrupted)."""
+    """Drop records after `iteration` (they belong to a run that was interrupted), atomically:
+    a crash while cutting leaves the old log or the new one."""
     path = run_dir / METRICS_FILE
     if not path.is_file():
         return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and json.loads(line).get("iteration", 0) <= iteration
-    ]
-    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    kept = [line for line, record in _records(path) if record.get("iteration", 0) <= iteration]
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in kept))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
 
 
 def read_log(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / METRICS_FILE
-    return [
-        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
-    ]
+    return [record for _, record in _records(Path(run_dir) / METRICS_FILE)]

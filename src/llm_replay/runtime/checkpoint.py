@@ -1,6 +1,7 @@
 """Training checkpoints: model, optimizer, replay state, RNGs and loop counters — no pickle.
 
-Layout (written atomically with a DONE marker, like table checkpoints)::
+Layout (written atomically and sealed with a verified DONE file list, like table checkpoints;
+see `llm_replay.buffer.checkpoint` for what survives a crash at each step)::
 
     model.safetensors      weights (tied tensors handled by safetensors' save_model)
     optimizer.safetensors  per-parameter optimizer tensors, keyed "<param index>.<name>"
@@ -19,7 +20,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from llm_replay.buffer.checkpoint import DONE, CheckpointError, atomic_directory
+from llm_replay.buffer.checkpoint import (
+    CheckpointError,
+    atomic_directory,
+    resolve_checkpoint,
+    verify_checkpoint,
+)
 
 
 def save_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
@@ -81,21 +87,84 @@ def save_training_checkpoint(
     return target
 
 
-def load_training_checkpoint(
-    source: Path, *, model: Any, optimizer: torch.optim.Optimizer, rng: torch.Generator
-) -> dict[str, Any]:
-    """Restore model, optimizer and RNG in place; returns the loop state (replay is in source/replay)."""
-    if not (source / DONE).is_file():
-        raise CheckpointError(f"{source}: no complete checkpoint there (missing {DONE})")
+def open_checkpoint(target: Path) -> tuple[Path, dict[str, Any]]:
+    """The complete checkpoint to resume from (`target`, or what a crashed save left beside it),
+    verified against its DONE list, and its `state.json`."""
+    source = resolve_checkpoint(Path(target))
+    verify_checkpoint(source)
     try:
-        missing, unexpected = load_model(model, str(source / "model.safetensors"), strict=False)
-        if unexpected or [m for m in missing if "lm_head" not in m]:
+        state = json.loads((source / "state.json").read_bytes())
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{source / 'state.json'}: unreadable ({error})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{source / 'state.json'}: must be a JSON object")
+    return source, state
+
+
+LOOP_STATE: dict[str, type | tuple[type, ...]] = {
+    "iteration": int,
+    "learner_version": int,
+    "meter": dict,
+    "evals": list,
+}
+"""Fields every runtime's state.json holds, with their JSON types."""
+
+
+def check_state(
+    source: Path, state: dict[str, Any], schema: dict[str, type | tuple[type, ...]]
+) -> None:
+    """CheckpointError naming the first field of `state.json` that is missing or mistyped."""
+    where = source / "state.json"
+    for key, kind in schema.items():
+        value = state.get(key)
+        if value is None or isinstance(value, bool) or not isinstance(value, kind):
+            raise CheckpointError(f"{where}: {key!r} is missing or not {_names(kind)}")
+        if isinstance(value, int) and value < 0:
+            raise CheckpointError(f"{where}: {key!r} = {value} must be >= 0")
+    for index, entry in enumerate(state.get("evals", [])):
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("iteration"), int)
+            and isinstance(entry.get("eval/accuracy"), int | float)
+        ):
+            raise CheckpointError(f"{where}: evals[{index}] is not an evaluation record")
+
+
+def _names(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(k.__name__ for k in kinds)
+
+
+def load_training_checkpoint(
+    target: Path, *, model: Any, optimizer: torch.optim.Optimizer, rng: torch.Generator
+) -> tuple[Path, dict[str, Any]]:
+    """Restore model, optimizer and RNG in place; returns the checkpoint actually read (see
+    `open_checkpoint`) and its loop state (the replay state is in `<that path>/replay`)."""
+    source, state = open_checkpoint(target)
+    check_state(source, state, LOOP_STATE)
+    for name, load in (
+        ("model.safetensors", lambda: _load_model(model, source)),
+        ("optimizer.safetensors", lambda: load_optimizer(optimizer, source)),
+        (
+            "rng.safetensors",
+            lambda: rng.set_state(load_file(str(source / "rng.safetensors"))["generator"]),
+        ),
+    ):
+        try:
+            load()
+        except CheckpointError:
+            raise
+        except Exception as error:  # truncated, foreign or mismatched content
             raise CheckpointError(
-                f"{source}: weights do not match the model ({missing}, {unexpected})"
-            )
-        load_optimizer(optimizer, source)
-        rng.set_state(load_file(str(source / "rng.safetensors"))["generator"])
-        state: dict[str, Any] = json.loads((source / "state.json").read_text())
-    except (OSError, ValueError, KeyError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{source}: unreadable checkpoint ({error})") from None
-    return state
+                f"{source / name}: unusable ({type(error).__name__}: {error})"
+            ) from None
+    return source, state
+
+
+def _load_model(model: Any, source: Path) -> None:
+    missing, unexpected = load_model(model, str(source / "model.safetensors"), strict=False)
+    if unexpected or [m for m in missing if "lm_head" not in m]:
+        raise CheckpointError(
+            f"{source / 'model.safetensors'}: weights do not match the model "
+            f"(missing {missing}, unexpected {unexpected})"
+        )

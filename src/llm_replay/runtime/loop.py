@@ -2,22 +2,33 @@
 
 A runtime (`SyncTrainer`, `ThreadedTrainer`, `RayTrainer`) supplies one training iteration, an
 evaluation of the current weights, and checkpoint save/load; `RunLoop.run` turns those into a run
-that stops on its iteration or compute budget, evaluates on schedule, saves on Ctrl-C at an
-iteration boundary, and writes `summary.json`. Keeping this in one place is what makes the three
-runtimes' logs and summaries directly comparable.
+that stops on its iteration or compute budget, evaluates on schedule, and writes `summary.json`.
+Keeping this in one place is what makes the three runtimes' logs and summaries comparable.
+
+Ctrl-C (SIGINT, on the main thread) is deferred: the first one lets the iteration and its
+evaluation finish, saves a checkpoint at that boundary and stops (KeyboardInterrupt after the
+save); a second one aborts at once, saving only if the loop is at a boundary it has not saved.
+An evaluation that was due but not done when a checkpoint was taken is recorded in it
+(`eval_pending`) and run first on resume, so a resumed run logs exactly what an uninterrupted one
+does wherever the interrupt landed. Any failure to read a checkpoint on resume is a
+`CheckpointError` naming what was wrong, raised before anything in the run directory changes.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, MetricsLogger
 from llm_replay.metrics.compute import cost_on_basis
@@ -55,6 +66,9 @@ class RunLoop:
         self.iteration = 0
         self.evals = []
         self.wall_start = time.perf_counter()
+        self.eval_pending = False  # an evaluation was due at `iteration` and has not been logged
+        self._stop_requested = False
+        self._saved_at = -1  # the iteration of the last checkpoint this process wrote
 
     # ------------------------------------------------------------------ hooks
     @property
@@ -103,6 +117,7 @@ class RunLoop:
         return step is not None and int(self._spent() // step) > int(spent_before // step)
 
     def _eval_record(self, logger: MetricsLogger) -> dict[str, Any]:
+        self.eval_pending = True
         metrics = self.evaluate()
         record: dict[str, Any] = {
             "kind": "eval",
@@ -113,12 +128,21 @@ class RunLoop:
         }
         self.evals.append({"iteration": self.iteration, **record})
         logger.log(record)
+        self.eval_pending = False
         return record
 
     def _prepare(self, resume: bool) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume:
-            self.load_checkpoint()
+            try:
+                self.load_checkpoint()
+            except CheckpointError:
+                raise
+            except Exception as error:  # a field missing or of the wrong type, a missing file
+                raise CheckpointError(
+                    f"{self.run_dir / CHECKPOINT_DIR}: cannot resume from it "
+                    f"({type(error).__name__}: {error})"
+                ) from None
         elif (self.run_dir / "metrics.jsonl").exists():
             (self.run_dir / "metrics.jsonl").unlink()
         (self.run_dir / "config.yaml").write_text(
@@ -140,45 +164,85 @@ class RunLoop:
         logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
         every, ckpt = self.config.eval.every, self.config.log.checkpoint_every
         at_boundary = True
+        self._saved_at = -1
         try:
-            if not self.evals:
-                self._eval_record(logger)
-            while not self._done():
-                at_boundary = False
-                spent_before = self._spent()
-                record = self.train_iteration()
-                record = {
-                    "kind": "train",
-                    "iteration": self.iteration,
-                    "steps": self.steps,
-                    **record,
-                    **self.meter.metrics(),
-                }
-                logger.log(record)
-                at_boundary = True
-                if self.iteration % every == 0 or self._done() or self._crossed(spent_before):
-                    record.update(self._eval_record(logger))
-                if ckpt and self.iteration % ckpt == 0:
-                    self.save_checkpoint()
-                if on_iteration is not None:
-                    on_iteration(self, record)
-            if self.evals[-1]["iteration"] != self.iteration:
-                self._eval_record(logger)
-            self.save_checkpoint()
-            summary = self.summary()
+            with self._deferred_interrupt():
+                if not self.evals or self.eval_pending:
+                    self._eval_record(logger)
+                self._stop_if_requested()
+                while not self._done():
+                    at_boundary = False
+                    spent_before = self._spent()
+                    record = self.train_iteration()
+                    record = {
+                        "kind": "train",
+                        "iteration": self.iteration,
+                        "steps": self.steps,
+                        **record,
+                        **self.meter.metrics(),
+                    }
+                    logger.log(record)
+                    at_boundary = True
+                    if self.iteration % every == 0 or self._done() or self._crossed(spent_before):
+                        record.update(self._eval_record(logger))
+                    if ckpt and self.iteration % ckpt == 0:
+                        self._checkpoint()
+                    if on_iteration is not None:
+                        on_iteration(self, record)
+                    self._stop_if_requested()
+                if self.evals[-1]["iteration"] != self.iteration:
+                    self._eval_record(logger)
+                self._checkpoint()
+                summary = self.summary()
         except KeyboardInterrupt:
-            if at_boundary:
-                self.save_checkpoint()
+            if at_boundary and self._saved_at != self.iteration and not self._stop_requested:
+                self._checkpoint()  # an interrupt that did not come through our handler
+            if self._saved_at == self.iteration:
                 log.warning(
                     "interrupted after iteration %d; checkpoint saved, resume with --resume",
                     self.iteration,
                 )
+            else:
+                log.warning("aborted; resume with --resume continues from the last checkpoint")
             raise
         finally:
             logger.close()
             self.close()
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
         return summary
+
+    def _checkpoint(self) -> None:
+        self.save_checkpoint()
+        self._saved_at = self.iteration
+
+    def _stop_if_requested(self) -> None:
+        """At an iteration boundary: if Ctrl-C was pressed, checkpoint here and stop."""
+        if self._stop_requested:
+            if self._saved_at != self.iteration:
+                self._checkpoint()
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def _deferred_interrupt(self) -> Iterator[None]:
+        """First SIGINT: finish the iteration, then stop at its boundary. Second: abort now."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def request_stop(signum: int, frame: Any) -> None:
+            if self._stop_requested:
+                raise KeyboardInterrupt
+            self._stop_requested = True
+            log.warning(
+                "Ctrl-C: stopping after this iteration and saving a checkpoint "
+                "(press Ctrl-C again to abort now)"
+            )
+
+        previous = signal.signal(signal.SIGINT, request_stop)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
 
     def summary(self) -> dict[str, Any]:
         first, last = self.evals[0], self.evals[-1]

@@ -30,11 +30,12 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from llm_replay.buffer.checkpoint import DONE, CheckpointError, atomic_directory
+from llm_replay.buffer.checkpoint import CheckpointError, atomic_directory
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, RoleClock, truncate_log
 from llm_replay.models.loading import resolve_model_path
+from llm_replay.runtime.checkpoint import LOOP_STATE, check_state, open_checkpoint
 from llm_replay.runtime.ingest import (
     TABLE_DIR,
     WorkerError,
@@ -346,6 +347,7 @@ class RayTrainer(RunLoop):
                 "meter": self.meter.state_dict(),
                 "clock": self.clock.state_dict(),
                 "evals": self.evals,
+                "eval_pending": self.eval_pending,
                 "work_plan": self.plan.state(),
                 "reward_worker_failures": self._reward_failures,
             }
@@ -353,10 +355,8 @@ class RayTrainer(RunLoop):
         return target
 
     def load_checkpoint(self) -> None:
-        source = self.run_dir / CHECKPOINT_DIR
-        if not (source / DONE).is_file():
-            raise CheckpointError(f"{source}: no complete checkpoint there (missing {DONE})")
-        state = json.loads((source / "state.json").read_text())
+        source, state = open_checkpoint(self.run_dir / CHECKPOINT_DIR)
+        check_state(source, state, LOOP_STATE)
         if "work_plan" not in state:
             raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
         ray.get(self.learner.load.remote(str(source), int(state["learner_version"])))
@@ -366,6 +366,7 @@ class RayTrainer(RunLoop):
         self.meter.load_state_dict(state["meter"])
         self.clock.load_state_dict(state["clock"])
         self.evals = list(state["evals"])
+        self.eval_pending = bool(state.get("eval_pending", False))
         self.plan.load_state(state["work_plan"])
         self._reward_failures = int(state["reward_worker_failures"])
         truncate_log(self.run_dir, self.iteration)

@@ -30,7 +30,11 @@ from llm_replay.learner import Learner, LearnerSettings, sample_metrics
 from llm_replay.metrics import ComputeMeter, evaluate, truncate_log
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.rollout import RolloutBatch
-from llm_replay.runtime.checkpoint import load_training_checkpoint, save_training_checkpoint
+from llm_replay.runtime.checkpoint import (
+    check_state,
+    load_training_checkpoint,
+    save_training_checkpoint,
+)
 from llm_replay.runtime.loop import CHECKPOINT_DIR, SUMMARY_FILE, RunLoop, summarise_steps
 from llm_replay.runtime.rollouts import RolloutMaker, prompt_indices
 from llm_replay.runtime.strategies import RLEP, AutoReplay, build_strategy
@@ -254,6 +258,7 @@ class SyncTrainer(RunLoop):
             "generator_version": self.generator.policy_version,
             "meter": self.meter.state_dict(),
             "evals": self.evals,
+            "eval_pending": self.eval_pending,
             "reward_counts": vars(self.scorer.counts),
         }
 
@@ -274,9 +279,21 @@ class SyncTrainer(RunLoop):
         self.strategy.load(directory)
 
     def load_checkpoint(self) -> None:
-        source = self.run_dir / CHECKPOINT_DIR
-        state = load_training_checkpoint(
-            source, model=self.model, optimizer=self.learner.optimizer, rng=self.generator.rng
+        source, state = load_training_checkpoint(
+            self.run_dir / CHECKPOINT_DIR,
+            model=self.model,
+            optimizer=self.learner.optimizer,
+            rng=self.generator.rng,
+        )
+        check_state(
+            source,
+            state,
+            {
+                "next_group": int,
+                "prompts_drawn": int,
+                "generator_version": int,
+                "reward_counts": dict,
+            },
         )
         self._load_replay(source / "replay", state)
         self.iteration = int(state["iteration"])
@@ -286,6 +303,7 @@ class SyncTrainer(RunLoop):
         self.generator.policy_version = int(state["generator_version"])
         self.meter.load_state_dict(state["meter"])
         self.evals = list(state["evals"])
+        self.eval_pending = bool(state.get("eval_pending", False))
         for key, value in state["reward_counts"].items():
             setattr(self.scorer.counts, key, int(value))
         truncate_log(self.run_dir, self.iteration)

@@ -23,8 +23,14 @@ def read_rows(
         raise TaskError(f"{path}: no such dataset file")
     if path.suffix == ".jsonl":
         records = []
-        with path.open(encoding="utf-8") as handle:
-            for line_no, line in enumerate(handle, start=1):
+        with path.open("rb") as handle:
+            for line_no, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise TaskError(
+                        f"{path}:{line_no}: not UTF-8 text (byte {error.start} of the line)"
+                    ) from None
                 if not line.strip():
                     continue
                 try:
