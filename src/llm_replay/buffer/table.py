@@ -21,7 +21,6 @@ limiter decides exactly as Reverb does.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.buffer.arguments import batch_size_arg, keys_arg, pad_id_arg, timeout_arg
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.rate_limit import (
     MinSize,
@@ -48,31 +48,6 @@ from llm_replay.rollout import Group, Rollout, RolloutBatch
 logger = logging.getLogger(__name__)
 
 I64 = npt.NDArray[np.int64]
-INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
-
-
-def _batch_size(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"batch_size = {value!r}: must be a positive integer")
-    return int(value)
-
-
-def _pad_id(value: object) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | np.integer)
-        or not INT32_MIN <= int(value) <= INT32_MAX
-    ):
-        raise ValueError(f"pad_id = {value!r}: must be an integer that fits int32")
-    return int(value)
-
-
-def _timeout(value: float | None) -> float | None:
-    if value is None:
-        return None
-    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-        raise ValueError(f"timeout = {value!r}: must be None or a finite number >= 0")
-    return float(value)
 
 
 class ReplayTable:
@@ -228,7 +203,7 @@ class ReplayTable:
         insert) counts as inserted and evicted ("retention") and gets key -1.
         """
         batch = RolloutBatch.coerce(rollouts)
-        wait = _timeout(timeout)
+        wait = timeout_arg(timeout)
         n = len(batch)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
@@ -266,9 +241,9 @@ class ReplayTable:
     # ----------------------------------------------------------------- sample
     def sample(self, batch_size: int, *, timeout: float | None = None, pad_id: int = 0) -> Sample:
         """Draw `batch_size` rollouts as a learner-ready `Sample`. Blocks while the limiter says so."""
-        n = _batch_size(batch_size)
-        wait = _timeout(timeout)
-        pad = _pad_id(pad_id)
+        n = batch_size_arg(batch_size)
+        wait = timeout_arg(timeout)
+        pad = pad_id_arg(pad_id)
         self.rate_limiter.check_sample_size(n)
         if not self.sampler.with_replacement and n > self.max_rollouts:
             raise ValueError(
@@ -340,8 +315,8 @@ class ReplayTable:
 
     def get(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
         """Read stored rollouts by key without counting a sample; also returns which keys exist."""
-        key_array = _keys(keys)
-        pad = _pad_id(pad_id)
+        key_array = keys_arg(keys)
+        pad = pad_id_arg(pad_id)
         with self._cond:
             slots, found = self.storage.slots_of(key_array)
             hit = slots[found]
@@ -351,7 +326,7 @@ class ReplayTable:
     # ----------------------------------------------------------------- updates
     def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
         """Set priorities for stored keys; keys already evicted are skipped. Returns how many."""
-        key_array = _keys(keys)
+        key_array = keys_arg(keys)
         try:
             values = np.asarray(priorities, dtype=np.float64)
         except (TypeError, ValueError) as error:
@@ -381,7 +356,7 @@ class ReplayTable:
 
     def remove(self, keys: npt.ArrayLike) -> int:
         """Remove stored rollouts by key (missing keys are ignored). Returns how many."""
-        key_array = _keys(keys)
+        key_array = keys_arg(keys)
         with self._cond:
             slots, found = self.storage.slots_of(key_array)
             hit = np.unique(slots[found])
@@ -407,19 +382,19 @@ class ReplayTable:
         With `insert(..., timeout=0)` this splits waiting (idle time) from inserting (table
         time), and lets a caller make the insert atomic with its own bookkeeping.
         """
-        m = _batch_size(n)
+        m = batch_size_arg(n)
         self.rate_limiter.check_insert_size(m)
         return self._try_wait(
             lambda: self._can_insert(m),
-            _timeout(timeout),
+            timeout_arg(timeout),
             f"insert of {m} rollouts",
         )
 
     def wait_for_sample(self, n: int, *, timeout: float | None = None) -> bool:
         """Block until a sample of `n` rollouts would be admitted; False on timeout."""
-        m = _batch_size(n)
+        m = batch_size_arg(n)
         self.rate_limiter.check_sample_size(m)
-        return self._try_wait(lambda: self._can_sample(m), _timeout(timeout), f"sample of {m}")
+        return self._try_wait(lambda: self._can_sample(m), timeout_arg(timeout), f"sample of {m}")
 
     def _try_wait(self, ready: Callable[[], bool], timeout: float | None, what: str) -> bool:
         with self._cond:
@@ -552,10 +527,3 @@ def _increment(counter: npt.NDArray[np.int32], slots: I64) -> None:
         counter[slots] += 1  # no repeats: the fast buffered form is exact
     else:
         np.add.at(counter, slots, 1)
-
-
-def _keys(keys: npt.ArrayLike) -> I64:
-    array = np.asarray(keys)
-    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-        raise ValueError(f"keys = {keys!r}: must be a 1-D array of integers")
-    return array.astype(np.int64, copy=False)

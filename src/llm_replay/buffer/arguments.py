@@ -1,0 +1,43 @@
+"""Checks of the arguments of public table calls: each names the argument and the bad value,
+and runs before the call touches any state."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+I64 = npt.NDArray[np.int64]
+
+
+def batch_size_arg(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise ValueError(f"batch_size = {value!r}: must be a positive integer")
+    return int(value)
+
+
+def pad_id_arg(value: object) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or not INT32_MIN <= int(value) <= INT32_MAX
+    ):
+        raise ValueError(f"pad_id = {value!r}: must be an integer that fits int32")
+    return int(value)
+
+
+def timeout_arg(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+        raise ValueError(f"timeout = {value!r}: must be None or a finite number >= 0")
+    return float(value)
+
+
+def keys_arg(keys: npt.ArrayLike) -> I64:
+    array = np.asarray(keys)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ValueError(f"keys = {keys!r}: must be a 1-D array of integers")
+    return array.astype(np.int64, copy=False)
