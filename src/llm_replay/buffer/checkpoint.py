@@ -18,8 +18,10 @@ So readers go through `resolve_checkpoint`, which takes the path if it is comple
 the newest complete sibling (both are complete there); the next save repairs the directory.
 
 **Loading never trusts the bytes.** `DONE` is checked first (every listed file present with its
-size and CRC-32), so truncation, bit flips or a swapped file are caught before anything is parsed;
-the manifest is JSON checked field by field; arrays load with `allow_pickle=False` and must match
+size and CRC-32; a nested directory with a `DONE` of its own, such as the replay table inside a
+training checkpoint, is covered by that one and checked when it is read), so truncation, bit
+flips or a swapped file are caught before anything is parsed; the manifest is JSON checked field
+by field; arrays load with `allow_pickle=False` and must match
 the manifest's dtype and shape. Every failure is a `CheckpointError` naming the file.
 """
 
@@ -71,7 +73,15 @@ def _crc32(path: Path) -> int:
 
 
 def _files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != DONE)
+    """The files `root`'s DONE covers: not DONE itself, and nothing inside a nested directory
+    sealed with its own DONE (a table inside a training checkpoint): that one is verified when
+    it is read, so no byte is checksummed twice."""
+    sealed = [p.parent for p in root.rglob(DONE) if p.parent != root]
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file() and p.name != DONE and not any(d in p.parents for d in sealed)
+    )
 
 
 def _write_done(root: Path) -> None:

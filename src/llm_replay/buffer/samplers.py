@@ -322,6 +322,7 @@ class PositiveBiased(Uniform):
         self._in_fresh = np.zeros(storage.capacity, dtype=bool)
         self._fresh_live = 0
         self._kept_live = 0
+        self._arriving_kept = np.zeros(0, dtype=bool)  # set by admit, read by on_insert
 
     def _live_slot(self, key: int) -> int | None:
         slots, found = self.storage.slots_of(np.array([key]))
@@ -370,10 +371,9 @@ class PositiveBiased(Uniform):
         return np.asarray(evict, dtype=np.int64), keep
 
     def on_insert(self, slots: I64) -> None:
-        kept = getattr(self, "_arriving_kept", np.zeros(len(slots), dtype=bool))
+        kept, self._arriving_kept = self._arriving_kept, np.zeros(0, dtype=bool)
         if len(kept) != len(slots):  # pragma: no cover - the table always calls admit first
             kept = np.zeros(len(slots), dtype=bool)
-        self._arriving_kept = np.zeros(0, dtype=bool)
         keys = self.storage.keys_of(slots)
         self._fresh.extend(keys[~kept].tolist())
         self._kept.extend(keys[kept].tolist())

@@ -142,6 +142,15 @@ def load_training_checkpoint(
     `open_checkpoint`) and its loop state (the replay state is in `<that path>/replay`)."""
     source, state = open_checkpoint(target)
     check_state(source, state, LOOP_STATE)
+    load_learner_files(source, model=model, optimizer=optimizer, rng=rng)
+    return source, state
+
+
+def load_learner_files(
+    source: Path, *, model: Any, optimizer: torch.optim.Optimizer, rng: torch.Generator
+) -> None:
+    """The learner's part of a checkpoint `open_checkpoint` already resolved and verified (the
+    mirror of `save_learner_files`); any unusable file is a CheckpointError naming it."""
     for name, load in (
         ("model.safetensors", lambda: _load_model(model, source)),
         ("optimizer.safetensors", lambda: load_optimizer(optimizer, source)),
@@ -158,7 +167,6 @@ def load_training_checkpoint(
             raise CheckpointError(
                 f"{source / name}: unusable ({type(error).__name__}: {error})"
             ) from None
-    return source, state
 
 
 def _load_model(model: Any, source: Path) -> None:

@@ -23,7 +23,7 @@ from llm_replay.config import config_from_dict
 from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
-from llm_replay.runtime.checkpoint import load_training_checkpoint, save_learner_files
+from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
 from llm_replay.runtime.ingest import IngestGate, WorkItem, build_async_table
 
 
@@ -207,7 +207,8 @@ class LearnerActor:
 
     def load(self, directory: str, version: int) -> None:
         t = self.trainer
-        load_training_checkpoint(
+        # the driver resolved and verified `directory` (RayTrainer.load_checkpoint)
+        load_learner_files(
             Path(directory), model=t.model, optimizer=t.learner.optimizer, rng=t.generator.rng
         )
         t.learner.version = version
