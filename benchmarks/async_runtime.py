@@ -73,7 +73,7 @@ def workloads(model_dir: Path) -> dict[str, list[str]]:
 
 def timed_run(overrides: list[str], runtime: str, steps: int, run_dir: Path) -> dict[str, Any]:
     probe = load_config(PRESET, [*QUIET, *overrides])
-    per_iteration = probe.replay.replay_ratio * probe.generation.rollouts_per_step
+    per_iteration = probe.replay.samples_per_insert * probe.generation.rollouts_per_step
     if runtime == "sync":  # the sync loop owes y·R/B steps per iteration, carried as credit
         iterations = max(1, round(steps * probe.train.batch_size / per_iteration))
     else:

@@ -19,7 +19,8 @@ from rich.progress import track
 from rich.table import Table
 
 from llm_replay.algorithms.advantages import group_advantages
-from llm_replay.buffer import FreshAnchored, ReplayTable
+from llm_replay.buffer import ReplayTable
+from llm_replay.methods.prioritized import FreshAnchored
 from llm_replay.rollout import RolloutBatch
 
 PROMPTS, GROUP, STEPS, BATCH = 32, 8, 40, 256

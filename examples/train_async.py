@@ -48,7 +48,7 @@ print(f"learner idle {last['async/learner_idle_fraction']:.1%} (waiting for roll
 print(f"table share of learner time {last['async/table_share_of_learner']:.3%}")
 print(
     f"samples per insert {last['buffer/samples_per_insert']:.2f} "
-    f"(limiter: {config.replay.replay_ratio:g}), mean sampled age {last['train/age_mean']:.1f} steps"
+    f"(limiter: {config.replay.samples_per_insert:g}), mean sampled age {last['train/age_mean']:.1f} steps"
 )
 if runtime == "ray":
     ray.shutdown()

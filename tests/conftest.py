@@ -1,11 +1,45 @@
-"""Shared builders for tests: seeded random rollouts of LLM-like shape."""
+"""Shared builders for tests: seeded random rollouts of LLM-like shape, tiny run configs."""
 
 from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from llm_replay.config import Config, load_config
 from llm_replay.rollout import RolloutBatch
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "generation.prompts_per_step=4",
+    "generation.group_size=4",
+    "train.batch_size=16",
+    "train.micro_batch_size=8",
+    "eval.size=16",
+    "eval.pass_size=4",
+    "eval.pass_k=[1,2]",
+    "eval.every=2",
+    "task.train_size=400",
+    "task.eval_size=16",
+    "log.tensorboard=false",
+]
+TINY_KNOBS: dict[str, Any] = {"capacity": 64, "phase1_iterations": 2, "min_correct": 1}
+"""Method knobs shrunk for tiny runs, applied to the methods that have them."""
+
+
+def tiny_sets(path: Path | None, *extra: str) -> list[str]:
+    """`--set` overrides that shrink any preset to a run of seconds."""
+    probe = load_config(path, [*TINY, *extra])
+    own = {f.name for f in dataclasses.fields(probe.replay.settings)}
+    knobs = [f"replay.{k}={v}" for k, v in TINY_KNOBS.items() if k in own]
+    return [*TINY, *knobs, *extra]
+
+
+def tiny_config(path: Path | None, run_dir: Path, *extra: str) -> Config:
+    return load_config(path, tiny_sets(path, f"log.run_dir={run_dir}", *extra))
 
 
 def make_batch(

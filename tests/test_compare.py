@@ -21,7 +21,6 @@ TINY_SET = """
   - eval.pass_k=[1,2,4]
   - task.train_size=300
   - task.eval_size=16
-  - replay.capacity=64
 """
 
 
@@ -38,8 +37,8 @@ baseline: on_policy
 set: {TINY_SET}
 methods:
   on_policy: {{config: {ROOT / "configs/on_policy.yaml"}}}
-  uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}}}
-  auto5:     {{config: {ROOT / "configs/replay_auto.yaml"}, set: [replay.auto.mu=5]}}
+  uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}, set: [replay.capacity=64]}}
+  auto5:     {{config: {ROOT / "configs/replay_auto.yaml"}, set: [replay.mu=5]}}
 quick:
   seeds: [0]
   methods: [on_policy, auto5]
@@ -119,12 +118,11 @@ def test_bad_experiment_files(tmp_path: Path, text: str, message: str) -> None:
 
 
 def test_auto_ratio_rule() -> None:
-    from llm_replay.buffer import ReplayTable
-    from llm_replay.runtime.strategies import AutoReplay
+    from llm_replay.methods import MethodContext
+    from llm_replay.methods.auto import AutoConfig, AutoReplay
 
-    auto = AutoReplay(
-        ReplayTable.uniform(64), batch_size=16, rho=0.5, horizon=4, max_ratio=8, mu=None
-    )
+    context = MethodContext(batch_size=16, rollouts_per_step=16)
+    auto = AutoReplay(AutoConfig(rho=0.5, horizon=4, max_ratio=8), context)
     assert auto.choose_ratio(None) == 1.0  # nothing measured yet: on-policy rate
     assert auto.choose_ratio(0.4) == 1.0  # cheap generation: no reuse
     assert auto.choose_ratio(3.0) == pytest.approx(4.0)

@@ -15,9 +15,12 @@ PRESETS = sorted(
 )
 
 
-def test_presets_exist_for_every_strategy() -> None:
-    names = {p.stem for p in PRESETS}
-    assert {"on_policy", "replay_uniform", "replay_positive", "replay_prioritized", "rlep"} <= names
+def test_every_method_and_option_has_a_preset() -> None:
+    from llm_replay.methods import METHODS, OPTIONS
+
+    configs = [load_config(p) for p in PRESETS]
+    assert set(METHODS) <= {c.replay.method for c in configs}
+    assert set(OPTIONS) <= {name for c in configs for name, _ in c.replay.enabled_options()}
 
 
 @pytest.mark.parametrize("path", PRESETS, ids=lambda p: p.stem)
@@ -28,10 +31,12 @@ def test_preset_loads(path: Path) -> None:
 
 
 def test_defaults_and_overrides() -> None:
-    config = load_config(None, ["optim.lr=1e-4", "eval.pass_k=[1, 4]", "replay.rlep.min_correct=3"])
+    config = load_config(
+        None, ["optim.lr=1e-4", "eval.pass_k=[1, 4]", "replay.method=rlep", "replay.min_correct=3"]
+    )
     assert config.optim.lr == pytest.approx(1e-4)
     assert config.eval.pass_k == [1, 4] and config.eval.pass_samples == 4
-    assert config.replay.rlep.min_correct == 3
+    assert config.replay.settings.min_correct == 3
     assert isinstance(Config().generation.rollouts_per_step, int)
 
 
@@ -39,9 +44,20 @@ def test_defaults_and_overrides() -> None:
     ("overrides", "message"),
     [
         (["replay.capcity=5"], "unknown key 'replay.capcity'; did you mean 'replay.capacity'"),
-        (["replay.capacity=-1"], r"replay\.capacity = -1: must be finite and > 0"),
+        (
+            ["replay.method=uniform", "replay.capacity=-1"],
+            r"replay\.capacity = -1: must be finite and > 0",
+        ),
+        (
+            ["replay.method=positive", "replay.delta=2"],
+            r"replay\.delta = 2\.0: must be in \[0, 1\]",
+        ),
+        (
+            ["replay.method=rlep", "replay.rlep_x=1"],
+            r"unknown key 'replay\.rlep_x'",
+        ),
         (["optim.lr=fast"], r"optim\.lr = 'fast': expected a number"),
-        (["replay.strategy=lifo"], r"replay\.strategy = 'lifo': choose one of"),
+        (["replay.method=lifo"], r"replay\.method = 'lifo': choose one of"),
         (["generation.group_size=1"], r"generation\.group_size = 1: must be >= 2"),
         (["generation.top_p=1.5"], r"generation\.top_p = 1\.5"),
         (
@@ -56,7 +72,7 @@ def test_defaults_and_overrides() -> None:
         (["noequals"], "expected dotted.key=value"),
         (
             ["replay.replay_ratio=2"],
-            r"replay\.replay_ratio = 2\.0: on_policy uses each rollout once",
+            r"replay\.replay_ratio: a knob of \['positive', 'uniform'\], not of method 'on_policy'",
         ),
     ],
 )

@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from llm_replay.buffer.checkpoint import CheckpointError
@@ -23,85 +21,9 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.models import ModelLoadError
 from llm_replay.rollout import InvalidRolloutError
 from llm_replay.tasks import TaskError
+from llm_replay.training import console, print_summary, run_training
 
 USER_ERRORS = (ConfigError, TaskError, ModelLoadError, CheckpointError, InvalidRolloutError)
-console = Console()
-
-
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(bar_width=24),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    )
-
-
-def run_training(
-    config: Any, *, resume: bool = False, show_progress: bool = True
-) -> dict[str, Any]:
-    """Train with a live progress bar (accuracy, reward, μ, buffer size); returns the summary."""
-    from llm_replay.runtime import build_trainer
-
-    trainer = build_trainer(config)
-    state = {"accuracy": trainer.evals[-1]["eval/accuracy"] if trainer.evals else float("nan")}
-    if not show_progress or not config.log.progress:
-        return trainer.run(resume=resume)
-    with _progress() as progress:
-        bar = progress.add_task(
-            config.name, total=config.train.iterations, status="evaluating base"
-        )
-
-        def update(tr: Any, record: dict[str, Any]) -> None:
-            if "eval/accuracy" in record:
-                state["accuracy"] = record["eval/accuracy"]
-            mu = record.get("compute/mu")
-            status = (
-                (
-                    f"acc {100 * state['accuracy']:.1f}%  reward {record['reward/mean']:.2f}  "
-                    f"μ {mu:.2f}  "
-                    if mu is not None
-                    else ""
-                )
-                + f"buffer {int(record.get('buffer/size', 0))}  {record['compute/seconds']:.0f}s compute"
-                + _async_status(record)
-            )
-            progress.update(bar, completed=tr.iteration, status=status)
-
-        summary = trainer.run(resume=resume, on_iteration=update)
-        progress.update(bar, completed=summary["iterations"])
-    return summary
-
-
-def _async_status(record: dict[str, Any]) -> str:
-    """Utilisation of an async run: idle shares, rollouts in and samples out per second."""
-    if "async/generator_idle_fraction" not in record:
-        return ""
-    return (
-        f"  gen idle {100 * record['async/generator_idle_fraction']:.0f}%"
-        f"  learner idle {100 * record['async/learner_idle_fraction']:.0f}%"
-        f"  in {record['async/rollouts_in_per_s']:.0f}/s out {record['async/samples_out_per_s']:.0f}/s"
-    )
-
-
-def print_summary(summaries: list[dict[str, Any]]) -> None:
-    table = Table(title="llm-replay")
-    for column in ("run", "base acc", "final acc", "best acc", "steps", "compute s", "μ"):
-        table.add_column(column, justify="right" if column != "run" else "left")
-    for s in summaries:
-        table.add_row(
-            s["name"],
-            f"{100 * s['base_accuracy']:.1f}%",
-            f"{100 * s['final_accuracy']:.1f}%",
-            f"{100 * s['best_accuracy']:.1f}%",
-            str(s["steps"]),
-            f"{s['compute_seconds']['total']:.1f}",
-            "—" if s["mu"] is None else f"{s['mu']:.2f}",
-        )
-    console.print(table)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -113,23 +35,19 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from llm_replay.runtime import SyncTrainer
-    from llm_replay.runtime.checkpoint import load_training_checkpoint
-    from llm_replay.runtime.sync import CHECKPOINT_DIR
+    from llm_replay.runtime.checkpoint import load_checkpoint_weights
+    from llm_replay.runtime.components import Policy
+    from llm_replay.runtime.loop import CHECKPOINT_DIR
 
     config = load_config(args.config, args.set)
-    trainer = SyncTrainer(config)
+    policy = Policy.load(config)
     if args.checkpoint:
         source = Path(args.checkpoint)
         if source.name != CHECKPOINT_DIR and (source / CHECKPOINT_DIR).is_dir():
             source = source / CHECKPOINT_DIR
-        load_training_checkpoint(
-            source,
-            model=trainer.model,
-            optimizer=trainer.learner.optimizer,
-            rng=trainer.generator.rng,
-        )
-    metrics = trainer.evaluate()
+        load_checkpoint_weights(source, policy.model)
+    evaluator = policy.evaluator(policy.generator(config.train.seed))
+    metrics = evaluator(0)
     table = Table(title=f"eval: {args.checkpoint or config.model.path}")
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -138,6 +56,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
     console.print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(metrics, indent=1) + "\n")
+    return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from llm_replay.methods import describe
+
+    entries = describe()
+    if args.json:
+        print(json.dumps(entries, indent=1, default=str))
+        return 0
+    table = Table(title="replay methods (replay.method) and options (replay.<option>)")
+    for column in ("name", "what it does", "paper", "async", "knobs (default)"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        knobs = ", ".join(f"{k['name']}={k['default']}" for k in entry["knobs"]) or "—"
+        kind = "" if entry["kind"] == "method" else " (option)"
+        table.add_row(
+            entry["name"] + kind,
+            entry["description"],
+            entry["paper"],
+            "yes" if entry["supports_async"] else "no: " + entry["async_note"],
+            knobs,
+        )
+    console.print(table)
     return 0
 
 
@@ -222,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "compare":
             cmd.add_argument("--quiet", action="store_true", help="no progress bars")
         cmd.set_defaults(func=func)
+    methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")
+    methods.add_argument("--json", action="store_true", help="print the registry as JSON")
+    methods.set_defaults(func=cmd_methods)
     demo = sub.add_parser("demo", help="train with replay and on-policy, compare, plot")
     demo.add_argument("--out", default="runs/demo", help="output directory")
     demo.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")
@@ -237,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for noisy in ("transformers", "httpx", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # the base install (`report`, `methods`) has no transformers
+        pass
+    else:
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         return int(args.func(args))
     except USER_ERRORS as error:

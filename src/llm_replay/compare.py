@@ -149,7 +149,7 @@ def run_config(experiment: Experiment, method: Method, seed: int) -> Any:
 
 def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str, Any]:
     """Run every method × seed not yet done, then summarise and plot."""
-    from llm_replay.cli import console, run_training
+    from llm_replay.training import console, run_training
 
     configs = [
         (m, s, run_config(experiment, m, s)) for s in experiment.seeds for m in experiment.methods

@@ -1,7 +1,7 @@
 """Typed, validated run configuration: YAML files plus `--set dotted.key=value` overrides.
 
 Every section is a dataclass; `load_config` checks each key against its field type and range and
-fails at load time with the dotted key (`replay.capacity = -1: must be >= 1`). Unknown keys are
+fails at load time with the dotted key (`replay.capacity = -1: must be finite and > 0`). Unknown keys are
 errors, with a suggestion when the spelling is close. Values given with `--set` are parsed as YAML
 scalars (`--set optim.lr=1e-4 --set eval.pass_k=[1,4]`). Derived quantities are properties.
 """
@@ -19,6 +19,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+from llm_replay.methods import (
+    METHODS,
+    OPTIONS,
+    MethodConfig,
+    MethodConfigError,
+    OptionConfig,
+    ReplayMethod,
+    method_class,
+)
 
 
 class ConfigError(ValueError):
@@ -162,71 +172,74 @@ class OptimConfig:
 
 
 @dataclass
-class RLEPConfig:
-    phase1_iterations: int = 20
-    replay_per_group: int = 2
-    min_correct: int = 2
-    pool_capacity: int = 100_000
-    pool_path: str | None = None
-
-    def check(self) -> None:
-        _positive("phase1_iterations", self.phase1_iterations, zero_ok=True)
-        _positive("replay_per_group", self.replay_per_group)
-        _positive("min_correct", self.min_correct)
-        _positive("pool_capacity", self.pool_capacity)
-
-
-@dataclass
-class AutoReplayConfig:
-    """`replay.strategy: auto`: y = clip(μ / (ρ + 1/x), 1, max_ratio), N = x·R, re-chosen each iteration."""
-
-    mu: float | None = None
-    rho: float = 1.0
-    horizon: float = 8.0
-    max_ratio: float = 8.0
-
-    def check(self) -> None:
-        if self.mu is not None:
-            _positive("mu", self.mu)
-        _positive("rho", self.rho, zero_ok=True)
-        if self.horizon < 1:
-            raise ConfigError(
-                f"horizon = {self.horizon!r}: must be >= 1 (iterations of rollouts kept)"
-            )
-        if self.max_ratio < 1:
-            raise ConfigError(f"max_ratio = {self.max_ratio!r}: must be >= 1")
-
-
-@dataclass
 class ReplayConfig:
-    strategy: Literal["on_policy", "uniform", "positive", "prioritized", "rlep", "auto"] = (
-        "on_policy"
-    )
-    capacity: int = 1024
-    replay_ratio: float = 1.0
-    delta: float = 0.5
-    alpha: float = 0.5
-    beta: float = 0.4
-    max_age: int | None = None
-    fresh_ratio: float = 0.5
-    auto: AutoReplayConfig = field(default_factory=lambda: AutoReplayConfig())
-    rlep: RLEPConfig = field(default_factory=RLEPConfig)
+    """`replay:` — the method's name, its knobs (from the registry) and the method options.
 
-    def check(self) -> None:
-        _positive("capacity", self.capacity)
-        _positive("replay_ratio", self.replay_ratio)
-        if not 0 <= self.delta <= 1:
-            raise ConfigError(f"delta = {self.delta!r}: must be in [0, 1]")
-        _positive("alpha", self.alpha, zero_ok=True)
-        _positive("beta", self.beta, zero_ok=True)
-        if self.max_age is not None:
-            _positive("max_age", self.max_age)
-        _positive("fresh_ratio", self.fresh_ratio, zero_ok=True)
+    The knobs of the chosen method sit directly under `replay` (`replay.capacity`,
+    `replay.delta`); each registered option has a mapping of its own (`replay.<option>.enabled`).
+    """
+
+    method: str = "on_policy"
+    settings: MethodConfig = field(default_factory=lambda: method_class("on_policy").Config())
+    options: dict[str, OptionConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, option in OPTIONS.items():
+            self.options.setdefault(name, option.Config())
+
+    @property
+    def method_class(self) -> type[ReplayMethod]:
+        return method_class(self.method)
 
     @property
     def samples_per_insert(self) -> float:
         """Rollouts drawn per rollout added: y, or exactly 1 for the on-policy queue."""
-        return 1.0 if self.strategy == "on_policy" else self.replay_ratio
+        return self.settings.samples_per_insert
+
+    def enabled_options(self) -> list[tuple[str, OptionConfig]]:
+        return [(name, option) for name, option in self.options.items() if option.enabled]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"method": self.method, **dataclasses.asdict(self.settings)}
+        for name, option in self.options.items():
+            out[name] = dataclasses.asdict(option)
+        return out
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], prefix: str) -> ReplayConfig:
+        name = data.get("method", "on_policy")
+        if name not in METHODS:
+            raise ConfigError(f"{prefix}.method = {name!r}: choose one of {sorted(METHODS)}")
+        method = METHODS[name]
+        knobs = {k: v for k, v in data.items() if k != "method" and k not in OPTIONS}
+        own = _field_names(method.Config)
+        for key in knobs:
+            owners = sorted(m for m, c in METHODS.items() if key in _field_names(c.Config))
+            if key not in own and owners:
+                raise ConfigError(
+                    f"{prefix}.{key}: a knob of {owners}, not of method {name!r} "
+                    f"(its knobs: {sorted(own) or 'none'})"
+                )
+            if key not in own:
+                every = sorted({k for c in METHODS.values() for k in _field_names(c.Config)})
+                close = difflib.get_close_matches(str(key), every + sorted(OPTIONS), n=1)
+                hint = f"; did you mean '{prefix}.{close[0]}'?" if close else ""
+                raise ConfigError(f"unknown key '{prefix}.{key}'{hint}")
+        settings = _build(method.Config, knobs, prefix)
+        options: dict[str, OptionConfig] = {}
+        for option_name, option in OPTIONS.items():
+            built = _build(option.Config, data.get(option_name) or {}, f"{prefix}.{option_name}")
+            refusal = option.refusal(method)
+            if built.enabled and refusal is not None:
+                raise ConfigError(
+                    f"{prefix}.{option_name}.enabled = true: not with method {name!r} ({refusal})"
+                )
+            options[option_name] = built
+        return cls(name, settings, options)
+
+
+def _field_names(cls: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
 
 
 @dataclass
@@ -313,9 +326,6 @@ class WorkersConfig:
         _positive("max_restarts", self.max_restarts, zero_ok=True)
 
 
-ASYNC_STRATEGIES = ("on_policy", "uniform", "positive")
-
-
 @dataclass
 class Config:
     name: str = "run"
@@ -335,11 +345,12 @@ class Config:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name = {self.name!r}: must be a non-empty name without '/'")
         if self.runtime != "sync":
-            if self.replay.strategy not in ASYNC_STRATEGIES:
+            method = self.replay.method_class
+            refusal = method.async_refusal(self.replay.settings)
+            if refusal is not None:
                 raise ConfigError(
-                    f"replay.strategy = {self.replay.strategy!r}: runtime={self.runtime} supports "
-                    f"{list(ASYNC_STRATEGIES)} (fresh-anchored, RLEP and auto batches need the "
-                    "sync loop's iteration structure)"
+                    f"replay.method = {self.replay.method!r}: runtime={self.runtime} cannot run "
+                    f"it: {refusal}"
                 )
             if self.generation.dynamic_sampling:
                 raise ConfigError(
@@ -350,23 +361,22 @@ class Config:
                 + self.train.batch_size
             )
             buffer = self.workers.error_buffer
-            if buffer is not None and self.replay.strategy != "on_policy" and 2 * buffer < need:
+            ratio_limited = method.async_mode() == "table" and not method.consumes_rollouts
+            if buffer is not None and ratio_limited and 2 * buffer < need:
                 raise ConfigError(
                     f"workers.error_buffer = {buffer:g}: the band (2 × error_buffer) must hold "
                     f"replay_ratio × rollouts_per_step + batch_size = {need:g} rollouts, or a "
                     "blocked worker and a blocked learner could deadlock"
                 )
-        if self.replay.strategy == "on_policy" and self.replay.replay_ratio != 1.0:
-            raise ConfigError(
-                f"replay.replay_ratio = {self.replay.replay_ratio}: on_policy uses each rollout once"
-            )
 
     @property
     def run_dir(self) -> Path:
         return Path(self.log.run_dir.format(name=self.name))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["replay"] = self.replay.to_dict()
+        return out
 
 
 def _type_name(kind: Any) -> str:
@@ -385,6 +395,10 @@ def _convert(key: str, kind: Any, value: Any) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         return _convert(key, inner[0], value)
+    if kind is ReplayConfig:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: expected a mapping of replay knobs")
+        return ReplayConfig.from_mapping(value, key)
     if dataclasses.is_dataclass(kind):
         if not isinstance(value, dict):
             raise ConfigError(f"{key} = {value!r}: expected a mapping of {_type_name(kind)} fields")
@@ -436,7 +450,7 @@ def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
     instance = cls(**values)
     try:
         instance.check()
-    except ConfigError as error:
+    except (ConfigError, MethodConfigError) as error:
         message = str(error)
         raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
     return instance

@@ -35,7 +35,7 @@ def _overrides(out: Path, name: str, quick: bool) -> list[str]:
 def run_demo(
     out: Path, *, quick: bool = False, configs: dict[str, str] | None = None
 ) -> dict[str, Any]:
-    from llm_replay.cli import print_summary, run_training
+    from llm_replay.training import print_summary, run_training
 
     configs = configs or CONFIGS
     summaries: dict[str, dict[str, Any]] = {}

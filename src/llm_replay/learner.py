@@ -12,6 +12,7 @@ Optional: KL to a frozen reference model (k3 estimator) and an entropy bonus.
 from __future__ import annotations
 
 import copy
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,7 @@ class Learner:
         self.optimizer = optimizer
         self.settings = settings
         self.version = 0
+        self.update_lock = threading.Lock()
         self.device = next(model.parameters()).device
         self.reference = reference
         if settings.kl_coef > 0 and reference is None:
@@ -179,8 +181,9 @@ class Learner:
         norm = torch.nn.utils.clip_grad_norm_(
             params, s.grad_clip if s.grad_clip > 0 else float("inf")
         )
-        self.optimizer.step()
-        self.version += 1
+        with self.update_lock:  # readers of the weights never see a half-applied update
+            self.optimizer.step()
+            self.version += 1
         totals["loss/policy"] = policy_sum
         totals["loss/grad_norm"] = float(norm)
         totals["train/rollouts"] = float(len(sample))

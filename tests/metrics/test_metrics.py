@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_replay.metrics import ComputeMeter, MetricsLogger, pass_at_k, read_log, truncate_log
+from llm_replay.evaluation import pass_at_k
+from llm_replay.metrics import ComputeMeter, MetricsLogger, read_log, truncate_log
 from llm_replay.metrics.compute import cost_on_basis
 
 

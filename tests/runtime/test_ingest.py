@@ -11,12 +11,11 @@ import pytest
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import ConfigError, load_config
+from llm_replay.runtime.async_core import build_async_table, error_buffer, steps_per_iteration
+from llm_replay.runtime.components import build_replay
 from llm_replay.runtime.ingest import (
     IngestGate,
     WorkPlan,
-    build_async_table,
-    error_buffer,
-    steps_per_iteration,
 )
 from tests.conftest import make_batch
 
@@ -129,15 +128,14 @@ def test_closing_the_table_wakes_a_blocked_delivery(rng: np.random.Generator) ->
 
 def test_async_table_band_admits_every_declared_batch() -> None:
     config = load_config(ROOT / "configs/replay_uniform.yaml", ["runtime=threaded"])
-    table = build_async_table(config)
+    table = build_async_table(config, build_replay(config))
     limiter = table.rate_limiter
     assert limiter.samples_per_insert == 2.0
     assert limiter.max_insert_batch == 256 and limiter.max_sample_batch == 256
     assert limiter.max_diff - limiter.min_diff == 2 * error_buffer(config)
     assert steps_per_iteration(config) == 2
-    on_policy = build_async_table(
-        load_config(ROOT / "configs/on_policy.yaml", ["runtime=threaded"])
-    )
+    on_policy_config = load_config(ROOT / "configs/on_policy.yaml", ["runtime=threaded"])
+    on_policy = build_async_table(on_policy_config, build_replay(on_policy_config))
     assert on_policy.sampler.name == "fifo" and on_policy.eviction.max_times_sampled == 1
 
 
@@ -151,8 +149,7 @@ def test_a_band_too_narrow_to_be_deadlock_free_is_refused_at_load_time() -> None
 @pytest.mark.parametrize(
     ("overrides", "field"),
     [
-        (["runtime=threaded", "replay.strategy=rlep"], "replay.strategy"),
-        (["runtime=ray", "replay.strategy=prioritized"], "replay.strategy"),
+        (["runtime=threaded", "replay.method=rlep"], "replay.method = 'rlep'"),
         (["runtime=threaded", "generation.dynamic_sampling=true"], "generation.dynamic_sampling"),
         (["runtime=threaded", "workers.count=0"], "workers.count"),
         (["runtime=threaded", "workers.device=tpu"], "workers.device"),

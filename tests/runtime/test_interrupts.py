@@ -18,7 +18,8 @@ import pytest
 from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.checkpoint import open_checkpoint
-from tests.runtime.test_sync import DETERMINISTIC, ROOT, tiny_config
+from tests.conftest import ROOT, tiny_config, tiny_sets
+from tests.runtime.test_sync import DETERMINISTIC
 
 PRESET = ROOT / "configs" / "replay_uniform.yaml"
 ARGS = ("train.iterations=4", "log.checkpoint_every=1")
@@ -134,7 +135,7 @@ DAMAGE = {
     "state_missing_key": lambda c: _edit_state(c, lambda s: s.pop("iteration")),
     "state_wrong_type": lambda c: _edit_state(c, lambda s: s.update(evals="many")),
     "state_not_json": lambda c: (c / "state.json").write_text("{"),
-    "strategy_missing": lambda c: (c / "replay" / "strategy.json").unlink(),
+    "method_state_missing": lambda c: (c / "replay" / "method.json").unlink(),
     "replay_npy_empty": lambda c: next(
         (c / "replay" / "table" / "arrays").glob("*.npy")
     ).write_bytes(b""),
@@ -169,9 +170,7 @@ def test_broken_checkpoint_is_one_line_error_and_nothing_is_written(
 
 
 def _tiny() -> list[str]:
-    from tests.runtime.test_sync import TINY
-
-    return [*TINY, "train.iterations=2"]
+    return tiny_sets(PRESET, "train.iterations=2")
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -19,7 +19,7 @@ from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.cli import main
 from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
-from tests.runtime.test_sync import ROOT, TINY, tiny_config
+from tests.conftest import ROOT, tiny_config, tiny_sets
 from tests.runtime.test_threaded import assert_checkpoint_loses_and_doubles_nothing
 
 ray = pytest.importorskip("ray")
@@ -47,7 +47,13 @@ def local_ray() -> Iterator[None]:
 
 
 def test_train_on_ray_from_the_command_line(tmp_path: Path) -> None:
-    sets = [*TINY, *RAY_CPUS, "train.iterations=3", "runtime=ray", f"log.run_dir={tmp_path}"]
+    sets = [
+        *tiny_sets(UNIFORM),
+        *RAY_CPUS,
+        "train.iterations=3",
+        "runtime=ray",
+        f"log.run_dir={tmp_path}",
+    ]
     args = ["train", str(UNIFORM), "--quiet"]
     for item in sets:
         args += ["--set", item]
@@ -96,7 +102,7 @@ def test_a_killed_worker_is_restarted_and_the_table_loses_nothing(tmp_path: Path
     assert killed and summary["iterations"] == 8
     assert [w.restarts for w in trainer.workers] == [int(i == killed[0]) for i in range(2)]
     assert trainer.delivered_rollouts == trainer.final_table_inserts
-    delivered_by_workers = sum(w.rollouts_delivered for w in trainer.workers)
+    delivered_by_workers = sum(w.stats.rollouts_delivered for w in trainer.workers)
     assert delivered_by_workers == trainer.final_table_inserts > 0
     assert [h.alive for h in health] == [True, True]  # the replacement answers
     assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", config)
@@ -129,3 +135,17 @@ def test_user_errors_under_ray_are_one_line_and_release_the_actors(tmp_path: Pat
     assert ray.is_initialized()  # not ours to stop
     assert _wait_until_dead(trainer.learner, "parameters")  # but our actors are gone
     assert _wait_until_dead(trainer.table, "stats")
+
+
+def test_a_rounds_method_runs_and_resumes_on_ray(tmp_path: Path) -> None:
+    """Fresh-anchored prioritized replay: the learner actor composes each delivered round."""
+    preset = ROOT / "configs/replay_prioritized.yaml"
+    base = ["runtime=ray", "log.checkpoint_every=1", *RAY_CPUS]
+    build_trainer(tiny_config(preset, tmp_path, "train.iterations=2", *base)).run()
+    assert (tmp_path / "checkpoint" / "replay" / "method" / "method.json").is_file()
+    summary = build_trainer(tiny_config(preset, tmp_path, "train.iterations=3", *base)).run(
+        resume=True
+    )
+    assert summary["iterations"] == 3 and summary["steps"] == 3  # one batch per round
+    last = [r for r in read_log(tmp_path) if r["kind"] == "train"][-1]
+    assert last["buffer/size"] > 0 and last["async/workers_alive"] == 2

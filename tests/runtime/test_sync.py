@@ -7,30 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from llm_replay.config import load_config
 from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
+from tests.conftest import ROOT, tiny_config
 
-ROOT = Path(__file__).resolve().parents[2]
 PRESETS = sorted(
     p for p in (ROOT / "configs").glob("*.yaml") if not p.stem.startswith("experiment")
 )
-TINY = [
-    "generation.prompts_per_step=4",
-    "generation.group_size=4",
-    "train.batch_size=16",
-    "train.micro_batch_size=8",
-    "eval.size=16",
-    "eval.pass_size=4",
-    "eval.pass_k=[1,2]",
-    "eval.every=2",
-    "task.train_size=400",
-    "task.eval_size=16",
-    "replay.capacity=64",
-    "replay.rlep.phase1_iterations=2",
-    "replay.rlep.min_correct=1",
-    "log.tensorboard=false",
-]
 DETERMINISTIC = (
     "loss/policy",
     "loss/grad_norm",
@@ -39,10 +22,6 @@ DETERMINISTIC = (
     "eval/accuracy",
     "eval/pass@2",
 )
-
-
-def tiny_config(path: Path | None, run_dir: Path, *extra: str):  # type: ignore[no-untyped-def]
-    return load_config(path, [*TINY, f"log.run_dir={run_dir}", *extra])
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=lambda p: p.stem)
@@ -189,7 +168,7 @@ def test_auto_at_low_mu_trains_on_policy(tmp_path: Path) -> None:
         ROOT / "configs/replay_auto.yaml",
         tmp_path / "a",
         "train.iterations=3",
-        "replay.auto.mu=0.5",
+        "replay.mu=0.5",
     )
     trainer = SyncTrainer(config)
     trainer.run()

@@ -18,7 +18,7 @@ from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
 from llm_replay.runtime.rollouts import RolloutMaker
 from llm_replay.runtime.threaded import ThreadedTrainer, WorkerError
-from tests.runtime.test_sync import ROOT, TINY, tiny_config
+from tests.conftest import ROOT, tiny_config, tiny_sets
 
 UNIFORM = ROOT / "configs" / "replay_uniform.yaml"
 
@@ -28,7 +28,12 @@ def _generator_threads() -> list[threading.Thread]:
 
 
 def test_train_threaded_from_the_command_line(tmp_path: Path) -> None:
-    sets = [*TINY, "train.iterations=4", "runtime=threaded", f"log.run_dir={tmp_path}"]
+    sets = [
+        *tiny_sets(UNIFORM),
+        "train.iterations=4",
+        "runtime=threaded",
+        f"log.run_dir={tmp_path}",
+    ]
     args = ["train", str(UNIFORM), "--quiet"]
     for item in sets:
         args += ["--set", item]
@@ -169,7 +174,7 @@ def test_threaded_runtime_on_cuda_in_bfloat16(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("preset", ["on_policy", "replay_positive", "async_uniform"])
-def test_every_async_strategy_runs_threaded(preset: str, tmp_path: Path) -> None:
+def test_every_async_preset_runs_threaded(preset: str, tmp_path: Path) -> None:
     config = tiny_config(ROOT / "configs" / f"{preset}.yaml", tmp_path, "runtime=threaded")
     config.train.iterations = 3
     trainer = build_trainer(config)
@@ -187,7 +192,7 @@ def test_eval_reads_a_threaded_checkpoint(tmp_path: Path) -> None:
     summary = build_trainer(config).run()
     args = ["eval", str(UNIFORM), "--checkpoint", str(tmp_path / "run"), "--json"]
     args += [str(tmp_path / "eval.json")]
-    for item in TINY:
+    for item in tiny_sets(UNIFORM):
         args += ["--set", item]
     assert main(args) == 0
     metrics = json.loads((tmp_path / "eval.json").read_text())

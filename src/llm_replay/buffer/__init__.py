@@ -1,12 +1,11 @@
-"""The replay system: tables, samplers, eviction, rate limiting, mixtures, checkpoints.
+"""The replay system: tables, samplers, eviction, rate limiting, checkpoints.
 
-numpy only; this package never imports torch.
+numpy only: it imports neither torch nor anything of llm_replay above it (methods and runtimes
+build on it, never the reverse).
 """
 
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.buffer.eviction import EvictionPolicy
-from llm_replay.buffer.mixture import FreshAnchored, Mixture, RLEPBlend
-from llm_replay.buffer.pool import SuccessPool
 from llm_replay.buffer.rate_limit import (
     MinSize,
     RateLimiter,
@@ -34,13 +33,10 @@ __all__ = [
     "CheckpointError",
     "EvictionPolicy",
     "Fifo",
-    "FreshAnchored",
     "Groups",
     "MinSize",
-    "Mixture",
     "PositiveBiased",
     "Prioritized",
-    "RLEPBlend",
     "RateLimiter",
     "RateLimiterTimeout",
     "Recency",
@@ -48,7 +44,6 @@ __all__ = [
     "Sample",
     "SampleToInsertRatio",
     "Sampler",
-    "SuccessPool",
     "TableClosed",
     "TableStats",
     "Uniform",

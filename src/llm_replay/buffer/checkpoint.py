@@ -36,12 +36,9 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from llm_replay.buffer.table import ReplayTable
 
 FORMAT = "llm-replay.table"
 VERSION = 1
@@ -304,22 +301,3 @@ def read_checkpoint_dir(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarra
             )
         arrays[name] = array
     return manifest, arrays
-
-
-def save_table(table: ReplayTable, path: Path) -> Path:
-    meta, arrays = table.state()
-    return write_atomic_dir(path, {"table": meta}, arrays)
-
-
-def load_table(path: Path) -> ReplayTable:
-    from llm_replay.buffer.table import ReplayTable
-
-    manifest, arrays = read_checkpoint_dir(path)
-    try:
-        return ReplayTable.from_state(manifest["table"], arrays)
-    except CheckpointError:
-        raise
-    except Exception as error:  # any field of the wrong type, shape or range
-        raise CheckpointError(
-            f"{path}: inconsistent checkpoint ({type(error).__name__}: {error})"
-        ) from None

@@ -49,11 +49,23 @@ MIN_MASS = 1e-100
 """Smallest non-zero mass, so the smallest draw probability stays a normal float64."""
 
 
+SAMPLERS: dict[str, type[Sampler]] = {}
+
+
 class Sampler(ABC):
-    """Base class; subclasses register themselves in SAMPLERS under `name`."""
+    """Base class; a subclass with a `name` registers itself in SAMPLERS (checkpoints rebuild
+    samplers by that name)."""
 
     name: ClassVar[str]
     with_replacement: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if isinstance(name, str):
+            if name in SAMPLERS and SAMPLERS[name] is not cls:
+                raise ValueError(f"sampler name {name!r} is taken by {SAMPLERS[name].__name__}")
+            SAMPLERS[name] = cls
 
     def bind(self, storage: RolloutStorage) -> None:
         """Called once by the table, before any insert."""
@@ -483,11 +495,6 @@ class Groups(Sampler):
                 self._pos[group] = len(self._order)
                 self._order.append(group)
             self._members[group].append(slot)
-
-
-SAMPLERS: dict[str, type[Sampler]] = {
-    cls.name: cls for cls in (Uniform, Fifo, Prioritized, Recency, PositiveBiased, Groups)
-}
 
 
 def make_sampler(name: str, **kwargs: Any) -> Sampler:

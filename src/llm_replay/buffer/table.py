@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer.arguments import batch_size_arg, keys_arg, pad_id_arg, timeout_arg
+from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, write_atomic_dir
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.rate_limit import (
     MinSize,
@@ -40,7 +41,14 @@ from llm_replay.buffer.rate_limit import (
     TableClosed,
 )
 from llm_replay.buffer.sample import Sample
-from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Sampler, Uniform
+from llm_replay.buffer.samplers import (
+    Fifo,
+    PositiveBiased,
+    Prioritized,
+    Sampler,
+    Uniform,
+    make_sampler,
+)
 from llm_replay.buffer.stats import TableCounters, TableStats, histogram
 from llm_replay.buffer.storage import RolloutStorage, batch_nbytes
 from llm_replay.rollout import Group, Rollout, RolloutBatch
@@ -456,16 +464,22 @@ class ReplayTable:
     # ----------------------------------------------------------------- checkpoints
     def save(self, path: str | Path) -> Path:
         """Write an atomic checkpoint directory (arrays + JSON manifest, no pickle)."""
-        from llm_replay.buffer.checkpoint import save_table
-
-        return save_table(self, Path(path))
+        meta, arrays = self.state()
+        return write_atomic_dir(Path(path), {"table": meta}, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> ReplayTable:
         """Rebuild a table from `save`; its future samples equal the original's."""
-        from llm_replay.buffer.checkpoint import load_table
-
-        return load_table(Path(path))
+        path = Path(path)
+        manifest, arrays = read_checkpoint_dir(path)
+        try:
+            return cls.from_state(manifest["table"], arrays)
+        except CheckpointError:
+            raise
+        except Exception as error:  # any field of the wrong type, shape or range
+            raise CheckpointError(
+                f"{path}: inconsistent checkpoint ({type(error).__name__}: {error})"
+            ) from None
 
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(JSON-serialisable manifest, named arrays) describing this table exactly."""
@@ -487,8 +501,6 @@ class ReplayTable:
 
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> ReplayTable:
-        from llm_replay.buffer.samplers import make_sampler
-
         eviction = meta["eviction"]
         table = cls(
             eviction["max_rollouts"],

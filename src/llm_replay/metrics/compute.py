@@ -48,6 +48,14 @@ class ComputeMeter:
         finally:
             self.seconds[role] += time.perf_counter() - start
 
+    def add_seconds(self, role: str, seconds: float) -> None:
+        """Charge `seconds` measured elsewhere (another thread or process) to `role`."""
+        if role not in self.seconds:
+            raise ValueError(f"role = {role!r}: expected one of {sorted(self.seconds)}")
+        if not seconds >= 0:
+            raise ValueError(f"seconds = {seconds!r}: must be >= 0")
+        self.seconds[role] += float(seconds)
+
     def add(self, **counts: int) -> None:
         for name, value in counts.items():
             if name not in self.counts:

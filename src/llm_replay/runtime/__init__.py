@@ -1,5 +1,5 @@
 """Runtimes: the synchronous loop (deterministic), threaded workers on one machine, Ray actors on a
-cluster — all driven by the same run loop, strategies and checkpoints."""
+cluster — all driven by the same run loop, replay methods and checkpoints."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from pathlib import Path
 
 from llm_replay.config import Config
 from llm_replay.runtime.loop import RunLoop
-from llm_replay.runtime.strategies import build_strategy
-from llm_replay.runtime.sync import SyncTrainer, build_task, train
+from llm_replay.runtime.sync import SyncTrainer, train
 
 
 def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
@@ -24,4 +23,4 @@ def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
     return SyncTrainer(config, run_dir=run_dir)
 
 
-__all__ = ["RunLoop", "SyncTrainer", "build_strategy", "build_task", "build_trainer", "train"]
+__all__ = ["RunLoop", "SyncTrainer", "build_trainer", "train"]

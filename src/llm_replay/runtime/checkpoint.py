@@ -7,13 +7,15 @@ see `llm_replay.buffer.checkpoint` for what survives a crash at each step)::
     optimizer.safetensors  per-parameter optimizer tensors, keyed "<param index>.<name>"
     optimizer.json         param_groups and the non-tensor per-parameter state
     rng.safetensors        the generator's torch RNG state
-    state.json             loop counters, compute meter, evaluation history, strategy state
-    replay/                the strategy's table(s) and pool
+    state.json             loop counters, compute meter, evaluation history
+    replay/                the replay method's table(s), pool and state (and, asynchronous
+                           runs, the shared table or intake queue in replay/table)
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +71,21 @@ def save_learner_files(
     save_file({"generator": rng.get_state()}, str(directory / "rng.safetensors"))
 
 
-def save_training_checkpoint(
+def write_checkpoint(
     target: Path,
     *,
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-    rng: torch.Generator,
+    save_learner: Callable[[Path], None],
+    save_replay: Callable[[Path], dict[str, Any] | None],
     state: dict[str, Any],
-    save_replay: Any,
 ) -> Path:
-    """Write everything needed to resume; `save_replay(directory)` writes the strategy's part."""
+    """Write everything needed to resume, atomically: the learner's files (`save_learner(dir)`:
+    local files, or a learner actor writing them), the replay part (`save_replay(dir / "replay")`,
+    which may return state to record beside it, taken at the same instant) and `state.json`."""
     with atomic_directory(target) as tmp:
-        save_learner_files(tmp, model=model, optimizer=optimizer, rng=rng)
+        save_learner(tmp)
         (tmp / "replay").mkdir()
-        save_replay(tmp / "replay")
+        extra = save_replay(tmp / "replay")
+        state = {**state, **(extra or {})}
         (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
     return target
 
@@ -176,3 +179,18 @@ def _load_model(model: Any, source: Path) -> None:
             f"{source / 'model.safetensors'}: weights do not match the model "
             f"(missing {missing}, unexpected {unexpected})"
         )
+
+
+def load_checkpoint_weights(target: Path, model: Any) -> Path:
+    """Only the weights of a training checkpoint (`llm-replay eval --checkpoint`); returns the
+    checkpoint read."""
+    source, _ = open_checkpoint(target)
+    try:
+        _load_model(model, source)
+    except CheckpointError:
+        raise
+    except Exception as error:
+        raise CheckpointError(
+            f"{source / 'model.safetensors'}: unusable ({type(error).__name__}: {error})"
+        ) from None
+    return source

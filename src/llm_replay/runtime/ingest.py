@@ -1,8 +1,7 @@
-"""What asynchronous runtimes share: the async table, work items, and exactly-once delivery.
+"""What asynchronous runtimes share on the generation side: work items and exactly-once delivery.
 
-Generation workers and the learner meet only at the table. Its `SampleToInsertRatio` limiter holds
-samples-per-insert at the replay ratio y (rollouts drawn per rollout added) within an error band,
-by blocking whichever side runs ahead; the on-policy queue blocks workers while a batch waits.
+Generation workers and the learner meet only at the table (`async_core.build_async_table`): its
+rate limiter blocks whichever side runs ahead.
 
 Work is handed out as `WorkItem`s (a slice of the run's prompt order plus the group ids to use),
 so which prompts a run sees does not depend on which worker generated them. `IngestGate` makes the
@@ -25,12 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.buffer import ReplayTable, SampleToInsertRatio
+from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.rate_limit import RateLimiterTimeout
-from llm_replay.config import Config
+from llm_replay.methods.base import TABLE_DIR
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.rollouts import prompt_indices
-from llm_replay.runtime.strategies import TABLE_DIR
 
 __all__ = [
     "TABLE_DIR",
@@ -39,51 +37,11 @@ __all__ = [
     "WorkItem",
     "WorkPlan",
     "WorkerError",
-    "build_async_table",
-    "error_buffer",
-    "steps_per_iteration",
 ]
 
 
 class WorkerError(RuntimeError):
     """A generation worker failed; the run stopped (its last checkpoint is intact)."""
-
-
-def steps_per_iteration(config: Config) -> int:
-    """Gradient steps per logged iteration: as many as one sync iteration takes on average."""
-    fresh = config.generation.rollouts_per_step
-    return max(1, round(config.replay.samples_per_insert * fresh / config.train.batch_size))
-
-
-def error_buffer(config: Config) -> float:
-    """The limiter's half-band in rollouts: configured, or twice the least that cannot deadlock."""
-    if config.workers.error_buffer is not None:
-        return config.workers.error_buffer
-    r = config.replay.samples_per_insert
-    return r * config.generation.rollouts_per_step + config.train.batch_size
-
-
-def build_async_table(config: Config) -> ReplayTable:
-    """The table named by `config.replay`, rate-limited for concurrent inserts and samples."""
-    r, batch = config.replay, config.train.batch_size
-    fresh, seed = config.generation.rollouts_per_step, config.train.seed
-    if r.strategy == "on_policy":
-        return ReplayTable.queue(
-            fresh + batch, max_insert_batch=fresh, max_sample_batch=batch, seed=seed
-        )
-    min_size = min(r.capacity, max(batch, fresh))
-    limiter = SampleToInsertRatio(
-        r.replay_ratio,
-        min_size,
-        error_buffer(config),
-        max_insert_batch=fresh,
-        max_sample_batch=batch,
-    )
-    if r.strategy == "positive":
-        return ReplayTable.positive_biased(
-            r.capacity, delta=r.delta, max_age=r.max_age, rate_limiter=limiter, seed=seed
-        )
-    return ReplayTable.uniform(r.capacity, max_age=r.max_age, rate_limiter=limiter, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -166,9 +124,15 @@ class IngestGate:
     """Inserts an item's rollouts and marks the item delivered in one step; a checkpoint takes the
     table and the plan's outstanding items under the same lock, so they always agree."""
 
-    def __init__(self, table: ReplayTable, plan: WorkPlan | None = None) -> None:
+    def __init__(
+        self,
+        table: ReplayTable,
+        plan: WorkPlan | None = None,
+        prepare: Callable[[RolloutBatch], RolloutBatch] | None = None,
+    ) -> None:
         self.table = table
         self.plan = plan
+        self.prepare = prepare  # the method's options, when workers fill the method's own table
         self._lock = threading.Lock()
         self.delivered_rollouts = 0
         self._delivered_ids: set[int] = set()
@@ -180,6 +144,9 @@ class IngestGate:
 
         `on_commit` runs under the gate's lock right after the insert (a worker adds the item's
         compute to the run's meter there, so a checkpoint never sees one without the other)."""
+        if self.prepare is not None:
+            with self._lock:
+                batch = self.prepare(batch)
         n = len(batch)
         idle = 0.0
         while True:

@@ -30,7 +30,7 @@ import yaml
 
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.config import Config
-from llm_replay.metrics import ComputeMeter, MetricsLogger
+from llm_replay.metrics import ComputeMeter, MetricsLogger, truncate_log
 from llm_replay.metrics.compute import cost_on_basis
 
 log = logging.getLogger(__name__)
@@ -211,6 +211,23 @@ class RunLoop:
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
         return summary
 
+    def _restore_loop(self, state: dict[str, Any]) -> None:
+        """The loop's own fields from a checkpoint's state (checked with `LOOP_STATE`)."""
+        self.iteration = int(state["iteration"])
+        self.meter.load_state_dict(state["meter"])
+        self.evals = list(state["evals"])
+        self.eval_pending = bool(state.get("eval_pending", False))
+        truncate_log(self.run_dir, self.iteration)
+        log.info("resumed %s at iteration %d", self.run_dir, self.iteration)
+
+    def _loop_state(self) -> dict[str, Any]:
+        return {
+            "iteration": self.iteration,
+            "meter": self.meter.state_dict(),
+            "evals": self.evals,
+            "eval_pending": self.eval_pending,
+        }
+
     def _checkpoint(self) -> None:
         self.save_checkpoint()
         self._saved_at = self.iteration
@@ -250,7 +267,7 @@ class RunLoop:
         return {
             "name": self.config.name,
             "runtime": self.config.runtime,
-            "strategy": self.config.replay.strategy,
+            "method": self.config.replay.method,
             "loss": self.config.algorithm.loss,
             "base_accuracy": first["eval/accuracy"],
             "final_accuracy": last["eval/accuracy"],

@@ -2,19 +2,15 @@
 
 The learner and the workers communicate only through the table (or its remote handle) and a
 `WeightTransfer`. A runtime is a choice of implementations: threads in one process
-(`ThreadWorker`, `InProcessWeights`) or Ray actors (`RayWorkerHandle`, weights in the object
+(`ThreadWorker`, `weights.InProcessWeights`) or Ray actors (`RayWorkerHandle`, weights in the object
 store). Anything that satisfies these protocols — a vLLM server, say — can be plugged in the same
 way.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-import torch
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass
@@ -52,37 +48,12 @@ class RolloutWorker(Protocol):
 
 @runtime_checkable
 class WeightTransfer(Protocol):
-    """The learner publishes (state, version); workers fetch what is newer than what they hold."""
+    """The learner publishes a version; a worker pulls the weights into its own model when the
+    published version is newer than the one it holds (see `runtime.weights`)."""
 
     @property
     def version(self) -> int: ...
 
-    def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None: ...
+    def publish(self, version: int) -> None: ...
 
-    def fetch(self, newer_than: int) -> tuple[int, dict[str, torch.Tensor]] | None: ...
-
-
-class InProcessWeights:
-    """Weight transfer between threads: the learner publishes a detached copy under a lock."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._version = -1
-        self._state: dict[str, torch.Tensor] = {}
-
-    @property
-    def version(self) -> int:
-        return self._version
-
-    def publish(self, state: Mapping[str, torch.Tensor], version: int) -> None:
-        if version < self._version:
-            raise ValueError(f"version = {version}: published versions only move forward")
-        copy = {name: tensor.detach().clone() for name, tensor in state.items()}
-        with self._lock:
-            self._state, self._version = copy, int(version)
-
-    def fetch(self, newer_than: int) -> tuple[int, dict[str, torch.Tensor]] | None:
-        with self._lock:
-            if self._version <= newer_than:
-                return None
-            return self._version, self._state
+    def pull(self, target: Any, held_version: int) -> int | None: ...

@@ -20,7 +20,6 @@ Placement is by Ray resources (`workers.cpus_per_worker`, `gpus_per_worker`, `le
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -30,22 +29,23 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from llm_replay.buffer.checkpoint import CheckpointError, atomic_directory
+from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import Config
-from llm_replay.metrics import ComputeMeter, RoleClock, truncate_log
+from llm_replay.metrics import ComputeMeter, RoleClock
 from llm_replay.models.loading import resolve_model_path
-from llm_replay.runtime.checkpoint import LOOP_STATE, check_state, open_checkpoint
-from llm_replay.runtime.ingest import (
-    TABLE_DIR,
-    WorkerError,
-    WorkItem,
-    WorkPlan,
-    steps_per_iteration,
+from llm_replay.runtime.async_core import (
+    WorkerStats,
+    account_delivery,
+    account_learner_steps,
+    add_counts,
 )
+from llm_replay.runtime.checkpoint import LOOP_STATE, check_state, open_checkpoint, write_checkpoint
+from llm_replay.runtime.ingest import TABLE_DIR, WorkerError, WorkItem, WorkPlan
 from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WorkerHealth
 from llm_replay.runtime.ray_actors import GenerationActor, LearnerActor, TableActor
+from llm_replay.runtime.threaded import ASYNC_STATE, METHOD_DIR
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.02
@@ -73,12 +73,9 @@ class RayWorkerHandle:
         self.index, self.config, self.config_dict = index, config, config_dict
         self.actor: Any = None
         self.restarts = 0
-        self.items_delivered = 0
-        self.rollouts_delivered = 0
-        self.busy_seconds = 0.0
-        self.idle_seconds = 0.0
-        self.policy_version = -1
+        self.stats = WorkerStats()
         self.target_version = -1
+        self.alive = False  # started and not seen dead since
         self.error: str | None = None
 
     def start(self) -> None:
@@ -91,11 +88,13 @@ class RayWorkerHandle:
         )
         seed = self.config.train.seed * 1009 + 7 * (self.index + 1) + 104729 * self.restarts
         self.actor = remote.remote(self.config_dict, self.index, seed)
+        self.alive = True
 
     def stop(self, timeout: float | None = None) -> None:
         if self.actor is not None:
             ray.kill(self.actor, no_restart=True)
             self.actor = None
+        self.alive = False
 
     def restart(self, reason: str) -> None:
         if self.restarts >= self.config.workers.max_restarts:
@@ -106,7 +105,7 @@ class RayWorkerHandle:
         log.warning("generation worker %d died (%s); restarting it", self.index, reason)
         self.stop()
         self.restarts += 1
-        self.policy_version = -1
+        self.stats.policy_version = -1
         self.start()
 
     def update_weights(self, version: int) -> bool:
@@ -123,14 +122,15 @@ class RayWorkerHandle:
                 alive = True
             except (RayActorError, ray.exceptions.GetTimeoutError) as error:
                 self.error = str(error)
+        self.alive = alive
         return WorkerHealth(
             worker=self.index,
             alive=alive,
-            policy_version=self.policy_version,
-            items_delivered=self.items_delivered,
-            rollouts_delivered=self.rollouts_delivered,
-            busy_seconds=self.busy_seconds,
-            idle_seconds=self.idle_seconds,
+            policy_version=self.stats.policy_version,
+            items_delivered=self.stats.items_delivered,
+            rollouts_delivered=self.stats.rollouts_delivered,
+            busy_seconds=self.stats.busy_seconds,
+            idle_seconds=self.stats.idle_seconds,
             restarts=self.restarts,
             error=self.error,
         )
@@ -162,14 +162,13 @@ class RayTrainer(RunLoop):
         self.meter = ComputeMeter(parameters=parameters)
         self.clock = RoleClock()
         self.plan = WorkPlan(config.generation.prompts_per_step)
-        self.steps_per_iteration = steps_per_iteration(config)
         self.workers = [RayWorkerHandle(i, config, self.config_dict) for i in range(w.count)]
         self._pending: dict[Any, _Pending] = {}
         self._busy_workers: set[int] = set()
         self._fresh_metrics: list[dict[str, float]] = []
         self._steps = 0
         self._started = False
-        self._reward_failures = 0
+        self.reward_counts: dict[str, int] = {}
         self.delivered_rollouts = 0
         self.final_table_inserts: int | None = None
 
@@ -225,7 +224,10 @@ class RayTrainer(RunLoop):
             except (RayActorError, RayTaskError) as error:
                 self.plan.give_back(pending.item)
                 self._busy_workers.discard(worker.index)
-                if isinstance(error, RayTaskError) and not isinstance(error, RayActorError):
+                worker.alive = isinstance(error, RayTaskError) and not isinstance(
+                    error, RayActorError
+                )
+                if worker.alive:
                     raise WorkerError(
                         f"generation worker {worker.index} failed: {error}"
                     ) from error
@@ -248,21 +250,17 @@ class RayTrainer(RunLoop):
         meter.load_state_dict(info["meter"])
         self.meter.merge(meter)
         self._fresh_metrics.append(info["metrics"])
-        self._reward_failures += int(info["reward_failures"])
-        busy = float(info["busy"]) + delivery["table_seconds"]
-        worker.items_delivered += 1
-        worker.rollouts_delivered += int(delivery["rollouts"])
-        worker.busy_seconds += busy
-        worker.idle_seconds += delivery["idle_seconds"]
-        worker.policy_version = int(info["policy_version"])
+        add_counts(self.reward_counts, info["reward_counts"])
         self.delivered_rollouts += int(delivery["rollouts"])
-        self.clock.add(
-            "generator",
-            busy=busy,
+        account_delivery(
+            self.clock,
+            worker.stats,
+            rollouts=int(delivery["rollouts"]),
+            busy=float(info["busy"]) + delivery["table_seconds"],
             idle=delivery["idle_seconds"],
             table=delivery["table_seconds"],
             weight_sync=float(info["weight_sync"]),
-            rollouts_in=int(delivery["rollouts"]),
+            policy_version=int(info["policy_version"]),
         )
 
     def _wait_for(self, ref: Any) -> Any:
@@ -281,6 +279,7 @@ class RayTrainer(RunLoop):
             try:
                 ray.get(worker.actor.ping.remote(), timeout=30)
             except RayActorError:
+                worker.alive = False
                 worker.restart("found dead by a health check")
             except ray.exceptions.GetTimeoutError:
                 log.warning("generation worker %d did not answer a health check", worker.index)
@@ -289,36 +288,30 @@ class RayTrainer(RunLoop):
     def train_iteration(self) -> dict[str, Any]:
         self._start()
         self._supervise()
-        steps = self._wait_for(self.learner.train_steps.remote(self.steps_per_iteration))
-        for step in steps:
-            busy = step.pop("_busy")
-            self.meter.seconds["training"] += busy
-            self.meter.add_training_step(int(step["_rollouts"]), step)
-            self.clock.add(
-                "learner",
-                busy=busy,
-                idle=step.pop("_idle"),
-                table=step.pop("_table"),
-                weight_sync=step.pop("_weight_sync"),
-                samples_out=int(step.pop("_rollouts")),
-            )
+        raw, method_metrics = self._wait_for(self.learner.train_iteration.remote())
+        steps = account_learner_steps(raw, self.meter, self.clock)
         self._steps += len(steps)
         self.iteration += 1
         fresh, self._fresh_metrics = self._fresh_metrics, []
         record: dict[str, Any] = summarise_steps(fresh, steps)
-        record.update(ray.get(self.table.stats.remote()))
-        record["async/workers_alive"] = float(len(self.workers))
-        record["async/worker_restarts"] = float(sum(w.restarts for w in self.workers))
-        record.update(self.clock.metrics())
+        record.update(method_metrics)
+        record.update(self.async_metrics())
         return record
+
+    def async_metrics(self) -> dict[str, float]:
+        """Table stats, the limiter's position in its band, workers and the role clock."""
+        out: dict[str, float] = ray.get(self.table.stats.remote())
+        out["async/workers_alive"] = float(sum(w.alive for w in self.workers))
+        out["async/worker_restarts"] = float(sum(w.restarts for w in self.workers))
+        out.update(self.clock.metrics())
+        return out
 
     def evaluate(self) -> dict[str, float]:
         metrics: dict[str, float] = self._wait_for(self.learner.evaluate.remote(self.iteration))
         return metrics
 
     def extra_summary(self) -> dict[str, Any]:
-        metrics = {**self.clock.metrics(), **ray.get(self.table.stats.remote())}
-        metrics["async/worker_restarts"] = float(sum(w.restarts for w in self.workers))
+        metrics = self.async_metrics()
         metrics["async/rollouts_delivered"] = float(self.delivered_rollouts)
         return {"async": metrics}
 
@@ -330,47 +323,45 @@ class RayTrainer(RunLoop):
         return [worker.health() for worker in self.workers]
 
     def reward_failures(self) -> dict[str, int]:
-        counts: dict[str, int] = ray.get(self.learner.reward_failures.remote())
-        counts["worker_failures"] = self._reward_failures
-        return counts
+        evaluation: dict[str, int] = ray.get(self.learner.reward_failures.remote())
+        return add_counts(dict(self.reward_counts), evaluation)
 
     def save_checkpoint(self) -> Path:
-        target = self.run_dir / CHECKPOINT_DIR
-        with atomic_directory(target) as tmp:
-            ray.get(self.learner.save.remote(str(tmp)))
-            (tmp / "replay").mkdir()
-            delivered = ray.get(self.table.save.remote(str(tmp / "replay" / TABLE_DIR)))
+        def save_replay(directory: Path) -> dict[str, Any]:
+            ray.get(self.learner.save_method.remote(str(directory / METHOD_DIR)))
+            delivered = ray.get(self.table.save.remote(str(directory / TABLE_DIR)))
             self.plan.complete(delivered)  # in the saved table, whether or not we heard yet
-            state = {
-                "iteration": self.iteration,
-                "learner_version": self._steps,
-                "meter": self.meter.state_dict(),
-                "clock": self.clock.state_dict(),
-                "evals": self.evals,
-                "eval_pending": self.eval_pending,
-                "work_plan": self.plan.state(),
-                "reward_worker_failures": self._reward_failures,
-            }
-            (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
-        return target
+            return {"work_plan": self.plan.state()}
+
+        state = {
+            **self._loop_state(),
+            "learner_version": self._steps,
+            "clock": self.clock.state_dict(),
+            "reward_counts": self.reward_failures(),
+        }
+        return write_checkpoint(
+            self.run_dir / CHECKPOINT_DIR,
+            save_learner=lambda directory: ray.get(self.learner.save.remote(str(directory))),
+            save_replay=save_replay,
+            state=state,
+        )
 
     def load_checkpoint(self) -> None:
         source, state = open_checkpoint(self.run_dir / CHECKPOINT_DIR)
         check_state(source, state, LOOP_STATE)
         if "work_plan" not in state:
             raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
+        check_state(source, state, ASYNC_STATE)
         ray.get(self.learner.load.remote(str(source), int(state["learner_version"])))
         ray.get(self.table.load.remote(str(source / "replay" / TABLE_DIR)))
-        self.iteration = int(state["iteration"])
         self._steps = int(state["learner_version"])
-        self.meter.load_state_dict(state["meter"])
         self.clock.load_state_dict(state["clock"])
-        self.evals = list(state["evals"])
-        self.eval_pending = bool(state.get("eval_pending", False))
         self.plan.load_state(state["work_plan"])
-        self._reward_failures = int(state["reward_worker_failures"])
-        truncate_log(self.run_dir, self.iteration)
-        log.info("resumed %s at iteration %d", self.run_dir, self.iteration)
+        evaluation = ray.get(self.learner.reward_failures.remote())
+        self.reward_counts = {
+            k: int(v) - int(evaluation.get(k, 0)) for k, v in state["reward_counts"].items()
+        }
+        self._restore_loop(state)
 
     def close(self) -> None:
         """Stop accepting rollouts, account for every delivery already made, release the actors."""

@@ -1,12 +1,13 @@
 """The Ray actors: the table, a generation worker, the learner. Plain classes; `ray.py` wraps them
 with `ray.remote` and places them with Ray resources.
 
-Each actor rebuilds what it needs from the run's config (a plain dict, so the same YAML drives a
-laptop and a cluster): the table actor builds the rate-limited async table, a worker loads the
-policy and the task, the learner builds a `SyncTrainer` for its model, optimizer and evaluation.
-Nothing here is specific to one machine; a cluster needs the package and the model path on every
-node, and the run directory on storage the learner and the driver share (checkpoints are written
-by the actors that hold the state).
+Each actor composes what it needs from the run's config (a plain dict, so the same YAML drives a
+laptop and a cluster) with `runtime.components`: the table actor builds the replay method's async
+table (`async_core.build_async_table`), a worker loads the policy and the task, the learner loads
+the policy, its optimizer, the evaluation and the replay method, and runs the same
+`AsyncLearner` the threaded runtime does. Nothing here is specific to one machine; a cluster needs
+the package and the model path on every node, and the run directory on storage the learner and the
+driver share (checkpoints are written by the actors that hold the state).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ import torch
 
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.config import config_from_dict
-from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
+from llm_replay.runtime.async_core import AsyncLearner, build_async_table, limiter_metrics
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
-from llm_replay.runtime.ingest import IngestGate, WorkItem, build_async_table
+from llm_replay.runtime.components import Policy, build_learner, build_replay
+from llm_replay.runtime.ingest import IngestGate, WorkItem
+from llm_replay.runtime.weights import ObjectStoreWeights
 
 
 def _threads(cpus: float) -> None:
@@ -32,11 +35,15 @@ def _threads(cpus: float) -> None:
 
 
 class TableActor:
-    """The replay table behind a threaded actor: blocking delivers and samples wait on each other
-    exactly as they do in one process."""
+    """The table the workers fill, behind a threaded actor: blocking delivers and samples wait on
+    each other exactly as they do in one process."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        self.gate = IngestGate(build_async_table(config_from_dict(config)))
+        cfg = config_from_dict(config)
+        self.replay = build_replay(cfg)
+        table_mode = self.replay.method.async_mode() == "table"
+        self.prepare = self.replay.prepare if table_mode and self.replay.options else None
+        self.gate = IngestGate(build_async_table(cfg, self.replay), prepare=self.prepare)
 
     @property
     def table(self) -> ReplayTable:
@@ -58,13 +65,7 @@ class TableActor:
         return self.table.set_policy_version(version)
 
     def stats(self) -> dict[str, float]:
-        stats = self.table.stats()
-        limiter = self.table.rate_limiter
-        out = {k: float(v) for k, v in stats.metrics().items()}
-        out["async/limiter_diff"] = stats.inserts * limiter.samples_per_insert - stats.samples
-        out["async/limiter_min_diff"] = limiter.min_diff
-        out["async/limiter_max_diff"] = limiter.max_diff
-        return out
+        return limiter_metrics(self.table)
 
     def save(self, directory: str) -> list[int]:
         """Save the table; returns the item ids delivered since the previous save."""
@@ -72,32 +73,44 @@ class TableActor:
         return ids
 
     def load(self, directory: str) -> None:
-        self.gate = IngestGate(ReplayTable.load(directory))
+        self.gate = IngestGate(ReplayTable.load(directory), prepare=self.prepare)
 
     def close(self) -> None:
         self.table.close()
+
+
+class RemoteTable:
+    """`TableClient` for the table actor (sample and version calls go through Ray)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def sample(self, batch_size: int) -> tuple[Sample, float, float]:
+        import ray
+
+        call = time.perf_counter()
+        sample, idle, _ = ray.get(self.actor.sample.remote(batch_size))
+        return sample, idle, time.perf_counter() - call - idle  # table work, call and transfer
+
+    def set_policy_version(self, version: int) -> None:
+        import ray
+
+        ray.get(self.actor.set_policy_version.remote(version))
 
 
 class GenerationActor:
     """A generation worker: its own copy of the policy on its own device; returns scored groups."""
 
     def __init__(self, config: dict[str, Any], index: int, seed: int) -> None:
-        from llm_replay.models import encode_prompts, load_policy
-        from llm_replay.runtime.rollouts import RolloutMaker
-        from llm_replay.runtime.sync import build_task
-
         cfg = config_from_dict(config)
         _threads(cfg.workers.cpus_per_worker)
         self.index, self.config = index, cfg
-        device = cfg.workers.device or cfg.model.device
-        model, tokenizer = load_policy(cfg.model.path, device=device, dtype=cfg.model.dtype)
-        model.eval().requires_grad_(False)
-        task = build_task(cfg)
-        prompts = encode_prompts(tokenizer, [p.prompt for p in task.train], cfg.model.chat_template)
-        self.maker = RolloutMaker.for_worker(
-            cfg, model=model, tokenizer=tokenizer, task=task, prompts=prompts, seed=seed
-        )
-        self.generator, self.scorer = self.maker.generator, self.maker.scorer
+        policy = Policy.load(cfg, device=cfg.workers.device or cfg.model.device)
+        policy.model.eval().requires_grad_(False)
+        self.generator = policy.generator(seed)
+        self.generator.policy_version = -1
+        self.maker = policy.rollout_maker(self.generator)
+        self.scorer = self.maker.scorer
 
     def generate(
         self, item: dict[str, int], weights: tuple[int, list[Any]]
@@ -112,7 +125,7 @@ class GenerationActor:
         synced = time.perf_counter() - start
         work = WorkItem(**item)
         meter = ComputeMeter()
-        failures_before = self.scorer.counts.failures
+        counts_before = dict(vars(self.scorer.counts))
         start = time.perf_counter()
         indices = work.indices(
             self.config.train.seed,
@@ -125,7 +138,9 @@ class GenerationActor:
             "metrics": metrics,
             "busy": time.perf_counter() - start + synced,
             "weight_sync": synced,
-            "reward_failures": self.scorer.counts.failures - failures_before,
+            "reward_counts": {
+                k: int(v) - counts_before[k] for k, v in vars(self.scorer.counts).items()
+            },
             "policy_version": self.generator.policy_version,
         }
         return batch, info
@@ -135,84 +150,69 @@ class GenerationActor:
 
 
 class LearnerActor:
-    """The learner: model, optimizer and evaluation (a `SyncTrainer` without its generation loop),
-    sampling from the table actor and publishing weights to the object store."""
+    """The learner: model, optimizer, evaluation and the replay method; runs the async core's
+    iterations against the table actor and publishes weights to the object store."""
 
     def __init__(self, config: dict[str, Any], run_dir: str, table: Any) -> None:
-        from llm_replay.runtime.sync import SyncTrainer
-
         cfg = config_from_dict(config)
         _threads(cfg.workers.learner_cpus)
-        self.trainer = SyncTrainer(cfg, run_dir=Path(run_dir))
-        self.table = table
-        self.batch_size = cfg.train.batch_size
-        self.publish_every = cfg.workers.publish_every
-        self._weights: tuple[int, list[Any]] = (-1, [None])
-        self.publish()
+        torch.manual_seed(cfg.train.seed)
+        self.policy = Policy.load(cfg)
+        self.learner = build_learner(cfg, self.policy.model)
+        self.generator = self.policy.generator(cfg.train.seed)
+        self.evaluator = self.policy.evaluator(self.generator)
+        self.replay = build_replay(cfg)
+        self.weights = ObjectStoreWeights()
+        self.core = AsyncLearner(cfg, self.learner, RemoteTable(table), self.replay, self._publish)
+        self._publish(self.learner.version)
+
+    def _publish(self, version: int) -> None:
+        self.weights.publish(self.policy.model, version)
 
     def parameters(self) -> int:
-        return sum(p.numel() for p in self.trainer.model.parameters())
-
-    def publish(self) -> None:
-        import ray
-
-        state = {k: v.detach().to("cpu") for k, v in self.trainer.model.state_dict().items()}
-        self._weights = (self.trainer.learner.version, [ray.put(state)])
+        return self.policy.parameters
 
     def latest_weights(self) -> tuple[int, list[Any]]:
-        return self._weights
+        return self.weights.latest
 
-    def train_steps(self, count: int) -> list[dict[str, float]]:
-        """`count` gradient steps on batches from the table; per step, metrics and accounting."""
-        import ray
-
-        learner, out = self.trainer.learner, []
-        for _ in range(count):
-            call = time.perf_counter()
-            sample, idle, _ = ray.get(self.table.sample.remote(self.batch_size))
-            start = time.perf_counter()
-            fetched = start - call - idle  # table work, the actor call and the batch transfer
-            step = learner.step(sample)
-            trained = time.perf_counter()
-            ray.get(self.table.set_policy_version.remote(learner.version))
-            table_seconds = fetched + time.perf_counter() - trained
-            synced = 0.0
-            if learner.version % self.publish_every == 0:
-                before = time.perf_counter()
-                self.publish()
-                synced = time.perf_counter() - before
-            step.update(sample_metrics(sample))
-            step.update(
-                {
-                    "_busy": time.perf_counter() - start + fetched,
-                    "_idle": idle,
-                    "_table": table_seconds,
-                    "_weight_sync": synced,
-                    "_rollouts": float(len(sample)),
-                }
-            )
-            out.append(step)
-        return out
+    def train_iteration(self) -> tuple[list[dict[str, float]], dict[str, float]]:
+        """One iteration's raw steps (with accounting fields) and the method's metrics."""
+        steps = self.core.iteration()
+        rounds = self.replay.method.async_mode() == "rounds"
+        return steps, (self.replay.metrics() if rounds else {})
 
     def evaluate(self, iteration: int) -> dict[str, float]:
-        self.trainer.iteration = iteration
-        self.trainer.generator.policy_version = self.trainer.learner.version
-        return self.trainer.evaluate()
+        self.generator.policy_version = self.learner.version
+        return self.evaluator(iteration)
 
     def save(self, directory: str) -> None:
-        t = self.trainer
         save_learner_files(
-            Path(directory), model=t.model, optimizer=t.learner.optimizer, rng=t.generator.rng
+            Path(directory),
+            model=self.policy.model,
+            optimizer=self.learner.optimizer,
+            rng=self.generator.rng,
         )
+
+    def save_method(self, directory: str) -> bool:
+        """The method's own state, in "rounds" mode (in "table" mode the table actor has it)."""
+        if self.replay.method.async_mode() != "rounds":
+            return False
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.replay.save(Path(directory))
+        return True
 
     def load(self, directory: str, version: int) -> None:
-        t = self.trainer
         # the driver resolved and verified `directory` (RayTrainer.load_checkpoint)
         load_learner_files(
-            Path(directory), model=t.model, optimizer=t.learner.optimizer, rng=t.generator.rng
+            Path(directory),
+            model=self.policy.model,
+            optimizer=self.learner.optimizer,
+            rng=self.generator.rng,
         )
-        t.learner.version = version
-        self.publish()
+        self.learner.version = version
+        if self.replay.method.async_mode() == "rounds":
+            self.replay.load(Path(directory) / "replay" / "method")
+        self._publish(version)
 
     def reward_failures(self) -> dict[str, int]:
-        return dict(vars(self.trainer.scorer.counts))
+        return dict(vars(self.evaluator.scorer.counts))

@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
-from llm_replay.config import Config
 from llm_replay.generation import Generator, SamplingParams
 from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
-from llm_replay.tasks import Problem, SafeScorer, Task
+from llm_replay.tasks import Problem, SafeScorer
 
 
 def prompt_indices(seed: int, num_prompts: int, start: int, count: int) -> np.ndarray:
@@ -34,46 +33,6 @@ def prompt_indices(seed: int, num_prompts: int, start: int, count: int) -> np.nd
 
 class RolloutMaker:
     """Generate `group_size` completions per prompt, score them, compute group advantages."""
-
-    @classmethod
-    def for_worker(
-        cls,
-        config: Config,
-        *,
-        model: Any,
-        tokenizer: Any,
-        task: Task,
-        prompts: Sequence[Sequence[int]],
-        seed: int,
-    ) -> RolloutMaker:
-        """A generation worker's maker: its own generator (RNG `seed`) over `model` and its own
-        reward scorer. The generator holds no published version yet (-1), so the worker loads
-        the learner's weights before its first item."""
-        from llm_replay.generation import HFGenerator
-
-        generator = HFGenerator(
-            model,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            seed=seed,
-        )
-        generator.policy_version = -1
-        g = config.generation
-        return cls(
-            generator=generator,
-            tokenizer=tokenizer,
-            problems=task.train,
-            prompts=prompts,
-            scorer=SafeScorer(
-                task,
-                timeout_s=config.task.reward_timeout_s,
-                failure_reward=config.task.failure_reward,
-            ),
-            sampling=SamplingParams(g.max_new_tokens, g.temperature, g.top_k, g.top_p),
-            group_size=g.group_size,
-            advantage=config.algorithm.advantage,
-            correct_threshold=task.correct_threshold,
-        )
 
     def __init__(
         self,

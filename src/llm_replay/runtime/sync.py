@@ -16,133 +16,59 @@ the weights is bumping the generator's policy version.
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from llm_replay.algorithms.losses import LossParams
 from llm_replay.config import Config
-from llm_replay.generation import HFGenerator, SamplingParams
-from llm_replay.learner import Learner, LearnerSettings, sample_metrics
-from llm_replay.metrics import ComputeMeter, evaluate, truncate_log
-from llm_replay.models import encode_prompts, load_policy
+from llm_replay.learner import sample_metrics
+from llm_replay.metrics import ComputeMeter, truncate_log
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.checkpoint import (
     check_state,
     load_training_checkpoint,
-    save_training_checkpoint,
+    save_learner_files,
+    write_checkpoint,
 )
+from llm_replay.runtime.components import Policy, build_learner, build_optimizer, build_replay
 from llm_replay.runtime.loop import CHECKPOINT_DIR, SUMMARY_FILE, RunLoop, summarise_steps
-from llm_replay.runtime.rollouts import RolloutMaker, prompt_indices
-from llm_replay.runtime.strategies import RLEP, AutoReplay, build_strategy
-from llm_replay.tasks import DatasetTask, ReasoningGymTask, SafeScorer, Task
+from llm_replay.runtime.rollouts import prompt_indices
 
 log = logging.getLogger(__name__)
 
 
-def build_task(config: Config) -> Task:
-    t = config.task
-    if t.kind == "dataset":
-        assert t.path is not None
-        return DatasetTask(
-            t.path,
-            eval_path=t.eval_path,
-            eval_fraction=t.eval_fraction,
-            seed=t.seed,
-            prompt_field=t.prompt_field,
-            answer_field=t.answer_field,
-            correct_threshold=t.correct_threshold,
-        )
-    return ReasoningGymTask(
-        t.dataset,
-        params=t.params,
-        train_size=t.train_size,
-        eval_size=t.eval_size,
-        seed=t.seed,
-        eval_seed=t.eval_seed,
-        prompt_template=t.prompt_template,
-        strip_spaces=t.strip_spaces,
-        correct_threshold=t.correct_threshold,
-    )
-
-
-def _make_optimizer(model: Any, config: Config) -> torch.optim.Optimizer:
-    o = config.optim
-    return torch.optim.AdamW(
-        model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
-    )
-
-
 class SyncTrainer(RunLoop):
-    """Builds every part from a `Config` and runs the loop; `run()` returns the summary."""
+    """Composes a run's parts (`runtime.components`) and runs the loop; `run()` returns the
+    summary."""
 
     def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
         self._init_loop(config, run_dir)
         if config.train.threads:
             torch.set_num_threads(config.train.threads)
         torch.manual_seed(config.train.seed)
-        self.task = build_task(config)
-        self.scorer = SafeScorer(
-            self.task,
-            timeout_s=config.task.reward_timeout_s,
-            failure_reward=config.task.failure_reward,
+        self.policy = Policy.load(config)
+        self.task, self.model, self.tokenizer = (
+            self.policy.task,
+            self.policy.model,
+            self.policy.tokenizer,
         )
-        self.model, self.tokenizer = load_policy(
-            config.model.path, device=config.model.device, dtype=config.model.dtype
-        )
-        g = config.generation
-        self.sampling = SamplingParams(g.max_new_tokens, g.temperature, g.top_k, g.top_p)
-        self.generator = HFGenerator(
-            self.model,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            seed=config.train.seed,
-        )
-        a = config.algorithm
-        self.settings = LearnerSettings(
-            loss=a.loss,
-            aggregation=a.aggregation,
-            loss_params=LossParams(**{f.name: getattr(a, f.name) for f in fields(LossParams)}),
-            temperature=g.temperature,
-            kl_coef=a.kl_coef,
-            entropy_coef=a.entropy_coef,
-            grad_clip=config.optim.grad_clip,
-            micro_batch_size=config.train.micro_batch_size,
-            use_sampling_weights=a.use_sampling_weights,
-            sum_norm_length=g.max_new_tokens,
-        )
-        self.learner = Learner(self.model, _make_optimizer(self.model, config), self.settings)
-        self.strategy = build_strategy(config)
-        # only RLEP restarts from the base weights; nobody else pays for a second copy
+        self.generator = self.policy.generator(config.train.seed)
+        self.learner = build_learner(config, self.model)
+        self.maker = self.policy.rollout_maker(self.generator)
+        self.scorer = self.maker.scorer
+        self.evaluator = self.policy.evaluator(self.generator, scorer=self.scorer)
+        self.replay = build_replay(config)
+        self.meter = ComputeMeter(parameters=self.policy.parameters)
+        self.replay.method.mu_source = lambda: self.meter.mu
+        # only a method that restarts from the base weights pays for a second copy of them
         self.base_state = (
             {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-            if isinstance(self.strategy, RLEP)
+            if self.replay.method.restarts
             else None
         )
-        if isinstance(self.strategy, AutoReplay):
-            self.strategy.mu_source = lambda: self.meter.mu
-        self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
-        chat = config.model.chat_template
-        self.train_prompts = encode_prompts(
-            self.tokenizer, [p.prompt for p in self.task.train], chat
-        )
-        eval_problems = list(self.task.eval[: config.eval.size])
-        self.eval_problems = eval_problems
-        self.eval_prompts = encode_prompts(self.tokenizer, [p.prompt for p in eval_problems], chat)
-        self.maker = RolloutMaker(
-            generator=self.generator,
-            tokenizer=self.tokenizer,
-            problems=self.task.train,
-            prompts=self.train_prompts,
-            scorer=self.scorer,
-            sampling=self.sampling,
-            group_size=g.group_size,
-            advantage=a.advantage,
-            correct_threshold=self.task.correct_threshold,
-        )
+        self.train_prompts = self.policy.train_prompts
         self.prompts_drawn = 0
         self.next_group = 0
 
@@ -173,25 +99,13 @@ class SyncTrainer(RunLoop):
         """RLEP phase II starts from the base model with a fresh optimizer."""
         assert self.base_state is not None
         self.model.load_state_dict(self.base_state)
-        self.learner.optimizer = _make_optimizer(self.model, self.config)
+        self.learner.optimizer = build_optimizer(self.config, self.model)
         log.info(
             "RLEP: phase I done after %d iterations; restarting from the base model", self.iteration
         )
 
     def evaluate(self) -> dict[str, float]:
-        e = self.config.eval
-        metrics = evaluate(
-            self.generator,
-            self.tokenizer,
-            self.eval_prompts,
-            self.eval_problems,
-            self.scorer,
-            sampling=self.sampling,
-            pass_k=e.pass_k,
-            pass_size=e.pass_size,
-            seed=self.config.train.seed + 7919 * (self.iteration + 1),
-        )
-        return metrics
+        return self.evaluator(self.iteration)
 
     # ------------------------------------------------------------------ one iteration
     def generate_rollouts(self) -> tuple[RolloutBatch, dict[str, float]]:
@@ -235,17 +149,17 @@ class SyncTrainer(RunLoop):
         fresh, record = self.generate_rollouts()
         steps: list[dict[str, float]] = []
         with self.meter.time("training"):
-            for sample in self.strategy.batches(fresh):
+            for sample in self.replay.batches(fresh):
                 step = self.learner.step(sample) | sample_metrics(sample)
                 steps.append(step)
                 self.meter.add_training_step(len(sample), step)
-                self.strategy.set_policy_version(self.learner.version)
+                self.replay.set_policy_version(self.learner.version)
         self._publish()
         self.iteration += 1
-        if isinstance(self.strategy, RLEP) and self.strategy.restart_due():
+        if self.replay.restart_due():
             self._restart_from_base()
         record.update(summarise_steps(steps))
-        record.update(self.strategy.metrics())
+        record.update(self.replay.metrics())
         return record
 
     # ------------------------------------------------------------------ checkpoints
@@ -263,20 +177,23 @@ class SyncTrainer(RunLoop):
         }
 
     def save_checkpoint(self) -> Path:
-        return save_training_checkpoint(
+        return write_checkpoint(
             self.run_dir / CHECKPOINT_DIR,
-            model=self.model,
-            optimizer=self.learner.optimizer,
-            rng=self.generator.rng,
-            state=self._state(),
+            save_learner=self._save_learner,
             save_replay=self._save_replay,
+            state=self._state(),
+        )
+
+    def _save_learner(self, directory: Path) -> None:
+        save_learner_files(
+            directory, model=self.model, optimizer=self.learner.optimizer, rng=self.generator.rng
         )
 
     def _save_replay(self, directory: Path) -> None:
-        self.strategy.save(directory)
+        self.replay.save(directory)
 
     def _load_replay(self, directory: Path, state: dict[str, Any]) -> None:
-        self.strategy.load(directory)
+        self.replay.load(directory)
 
     def load_checkpoint(self) -> None:
         source, state = load_training_checkpoint(
@@ -315,4 +232,4 @@ def train(config: Config, **kwargs: Any) -> dict[str, Any]:
     return SyncTrainer(config).run(**kwargs)
 
 
-__all__ = ["CHECKPOINT_DIR", "SUMMARY_FILE", "SyncTrainer", "build_task", "train"]
+__all__ = ["CHECKPOINT_DIR", "SUMMARY_FILE", "SyncTrainer", "train"]

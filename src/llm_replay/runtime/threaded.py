@@ -2,16 +2,14 @@
 
 Each worker thread owns a copy of the policy, a generator with its own RNG and a reward scorer; it
 takes a work item, pulls newer weights if the learner has published any, generates and scores the
-item's groups, and delivers them to the table through the `IngestGate`. The learner (the calling
-thread) samples batches, steps, advances the table's policy version (ageing stored rollouts) and
-publishes weights every `workers.publish_every` steps. The table's rate limiter is the only
+item's groups, and delivers them through the `IngestGate`. The learner (the calling thread) runs
+the async core's iterations (`async_core.AsyncLearner`): sample or compose, step, advance the
+version, publish every `workers.publish_every` steps. The table's rate limiter is the only
 coupling: it blocks workers while the learner is behind and the learner while data is short.
 
 Torch releases the GIL inside its kernels, so threads do overlap; on a GPU the workers and the
-learner share the device. One logged iteration is as many gradient steps as a sync iteration takes
-on average (`ingest.steps_per_iteration`), so budgets, evaluation cadence and logs read the same
-as the sync loop's. Unlike the sync loop, a run is not bit-for-bit repeatable: which weights a
-rollout was generated with depends on timing (its policy version records it).
+learner share the device. Unlike the sync loop, a run is not bit-for-bit repeatable: which weights
+a rollout was generated with depends on timing (its policy version records it).
 
 Shutdown: Ctrl-C reaches the learner thread; the run loop saves a checkpoint at an iteration
 boundary, then `close` stops the workers (closing the table wakes any that are blocked). An error in
@@ -29,31 +27,44 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.checkpoint import CheckpointError
-from llm_replay.buffer.rate_limit import RateLimiterTimeout, TableClosed
+from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import Config
-from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter, RoleClock
-from llm_replay.runtime.checkpoint import save_training_checkpoint
-from llm_replay.runtime.ingest import (
-    TABLE_DIR,
-    Delivery,
-    IngestGate,
-    WorkerError,
-    WorkPlan,
+from llm_replay.runtime.async_core import (
+    AsyncLearner,
+    LocalTable,
+    WorkerStats,
+    account_delivery,
+    account_learner_steps,
+    add_counts,
     build_async_table,
-    steps_per_iteration,
+    limiter_metrics,
 )
-from llm_replay.runtime.loop import CHECKPOINT_DIR, summarise_steps
-from llm_replay.runtime.protocols import InProcessWeights, WeightTransfer, WorkerHealth
+from llm_replay.runtime.checkpoint import (
+    check_state,
+    load_training_checkpoint,
+    save_learner_files,
+    write_checkpoint,
+)
+from llm_replay.runtime.components import Policy, build_learner, build_replay
+from llm_replay.runtime.ingest import TABLE_DIR, IngestGate, WorkerError, WorkPlan
+from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
+from llm_replay.runtime.protocols import WeightTransfer, WorkerHealth
 from llm_replay.runtime.rollouts import RolloutMaker
-from llm_replay.runtime.sync import SyncTrainer
-from llm_replay.tasks import SafeScorer
-from llm_replay.tasks.rewards import RewardCounts
+from llm_replay.runtime.weights import InProcessWeights
 
 log = logging.getLogger(__name__)
-__all__ = ["ThreadWorker", "ThreadedTrainer", "WorkerError"]
+__all__ = ["METHOD_DIR", "ThreadWorker", "ThreadedTrainer", "WorkerError"]
+METHOD_DIR = "method"
+ASYNC_STATE: dict[str, type | tuple[type, ...]] = {
+    "work_plan": dict,
+    "clock": dict,
+    "reward_counts": dict,
+}
 
 
 class ThreadWorker:
@@ -69,19 +80,17 @@ class ThreadWorker:
         weights: WeightTransfer,
         clock: RoleClock,
         seed: int,
-        on_delivered: Callable[[ComputeMeter, dict[str, float]], None],
+        on_delivered: Callable[[ComputeMeter, dict[str, float], dict[str, int]], None],
         on_error: Callable[[int, BaseException], None],
     ) -> None:
         self.index = index
-        self.maker, self.generator, self.plan, self.gate = maker, maker.generator, plan, gate
+        self.maker, self.plan, self.gate = maker, plan, gate
+        self.generator: Any = maker.generator
         self.weights, self.clock, self.seed = weights, clock, seed
         self.on_delivered, self.on_error = on_delivered, on_error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.items_delivered = 0
-        self.rollouts_delivered = 0
-        self.busy_seconds = 0.0
-        self.idle_seconds = 0.0
+        self.stats = WorkerStats()
         self.error: str | None = None
 
     def start(self) -> None:
@@ -106,11 +115,10 @@ class ThreadWorker:
     def update_weights(self, version: int) -> bool:
         if version <= self.generator.policy_version:
             return False
-        fetched = self.weights.fetch(self.generator.policy_version)
-        if fetched is None:
+        pulled = self.weights.pull(self.generator.model, self.generator.policy_version)
+        if pulled is None:
             return False
-        new_version, state = fetched
-        self.generator.load_weights(state, new_version)
+        self.generator.policy_version = pulled
         return True
 
     def health(self) -> WorkerHealth:
@@ -118,10 +126,10 @@ class ThreadWorker:
             worker=self.index,
             alive=self.alive,
             policy_version=self.generator.policy_version,
-            items_delivered=self.items_delivered,
-            rollouts_delivered=self.rollouts_delivered,
-            busy_seconds=self.busy_seconds,
-            idle_seconds=self.idle_seconds,
+            items_delivered=self.stats.items_delivered,
+            rollouts_delivered=self.stats.rollouts_delivered,
+            busy_seconds=self.stats.busy_seconds,
+            idle_seconds=self.stats.idle_seconds,
             error=self.error,
         )
 
@@ -135,6 +143,7 @@ class ThreadWorker:
                 synced = time.perf_counter() - start
                 item = self.plan.take()
                 meter = ComputeMeter()
+                counts_before = dict(vars(self.maker.scorer.counts))
                 start = time.perf_counter()
                 indices = item.indices(self.seed, len(problems), count)
                 batch, metrics = self.maker.make(indices, item.first_group, meter)
@@ -142,74 +151,91 @@ class ThreadWorker:
                 if self._stop.is_set():
                     self.plan.give_back(item)
                     return
+                counts = {
+                    k: int(v) - counts_before[k] for k, v in vars(self.maker.scorer.counts).items()
+                }
                 try:
-                    commit = functools.partial(self.on_delivered, meter, metrics)
+                    commit = functools.partial(self.on_delivered, meter, metrics, counts)
                     delivery = self.gate.deliver(batch, item.item_id, on_commit=commit)
                 except TableClosed:
                     self.plan.give_back(item)
                     return
-                self._account(delivery, generated + synced, synced)
+                account_delivery(
+                    self.clock,
+                    self.stats,
+                    rollouts=delivery.rollouts,
+                    busy=generated + synced + delivery.table_seconds,
+                    idle=delivery.idle_seconds,
+                    table=delivery.table_seconds,
+                    weight_sync=synced,
+                    policy_version=self.generator.policy_version,
+                )
         except BaseException as error:  # reported to the learner, which stops the run
             self.error = f"{type(error).__name__}: {error}"
             self.on_error(self.index, error)
 
-    def _account(self, delivery: Delivery, busy: float, synced: float) -> None:
-        busy += delivery.table_seconds
-        self.items_delivered += 1
-        self.rollouts_delivered += delivery.rollouts
-        self.busy_seconds += busy
-        self.idle_seconds += delivery.idle_seconds
-        self.clock.add(
-            "generator",
-            busy=busy,
-            idle=delivery.idle_seconds,
-            table=delivery.table_seconds,
-            weight_sync=synced,
-            rollouts_in=delivery.rollouts,
-        )
 
-
-class ThreadedTrainer(SyncTrainer):
-    """The sync trainer's learner, evaluation and run loop, fed by concurrent worker threads."""
+class ThreadedTrainer(RunLoop):
+    """Learner, evaluation and run loop in the calling thread, fed by concurrent worker threads."""
 
     def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
-        super().__init__(config, run_dir=run_dir)
+        self._init_loop(config, run_dir)
+        if config.train.threads:
+            torch.set_num_threads(config.train.threads)
+        torch.manual_seed(config.train.seed)
+        self.policy = Policy.load(config)
+        self.model = self.policy.model
+        self.learner = build_learner(config, self.model)
+        self.generator = self.policy.generator(config.train.seed)  # evaluation's
+        self.evaluator = self.policy.evaluator(self.generator)
+        self.replay = build_replay(config)
+        self.meter = ComputeMeter(parameters=self.policy.parameters)
+        self.replay.method.mu_source = lambda: self.meter.mu
         self.plan = WorkPlan(config.generation.prompts_per_step)
-        self.table = build_async_table(config)
-        self.gate = IngestGate(self.table, self.plan)
-        self.weights = InProcessWeights()
+        self._set_table(build_async_table(config, self.replay))
+        self.weights = InProcessWeights(
+            self.model, self.learner.update_lock, lambda: self.learner.version
+        )
         self.clock = RoleClock()
-        self.steps_per_iteration = steps_per_iteration(config)
         self.workers: list[ThreadWorker] = []
-        self._scorers: list[SafeScorer] = []
         self._lock = threading.Lock()
         self._fresh_metrics: list[dict[str, float]] = []
         self._failure: tuple[int, BaseException] | None = None
-        self._reward_base: dict[str, int] = {}
+        self.reward_counts: dict[str, int] = {}
+
+    def _set_table(self, table: ReplayTable) -> None:
+        self.table = table
+        table_mode = self.replay.method.async_mode() == "table"
+        prepare = self.replay.prepare if table_mode and self.replay.options else None
+        self.gate = IngestGate(table, self.plan, prepare)
+        self.core = AsyncLearner(
+            self.config, self.learner, LocalTable(table), self.replay, self._publish
+        )
+
+    @property
+    def steps(self) -> int:
+        return self.learner.version
+
+    def _publish(self, version: int) -> None:
+        self.weights.publish(version)
 
     # ------------------------------------------------------------------ workers
     def _start_workers(self) -> None:
         if self.workers:
             return
-        self.weights.publish(self.model.state_dict(), self.learner.version)
+        self.weights.publish(self.learner.version)
         w = self.config.workers
         device = w.device or self.config.model.device
         for index in range(w.count):
             model = copy.deepcopy(self.model).to(device).eval()
             model.requires_grad_(False)
-            maker = RolloutMaker.for_worker(
-                self.config,
-                model=model,
-                tokenizer=self.tokenizer,
-                task=self.task,
-                prompts=self.train_prompts,
-                seed=self.config.train.seed * 1009 + 7 * (index + 1) + self.learner.version,
-            )
-            self._scorers.append(maker.scorer)
+            seed = self.config.train.seed * 1009 + 7 * (index + 1) + self.learner.version
+            generator = self.policy.generator(seed, model=model)
+            generator.policy_version = -1  # pulls the learner's weights before its first item
             self.workers.append(
                 ThreadWorker(
                     index,
-                    maker=maker,
+                    maker=self.policy.rollout_maker(generator),
                     plan=self.plan,
                     gate=self.gate,
                     weights=self.weights,
@@ -224,10 +250,13 @@ class ThreadedTrainer(SyncTrainer):
             worker.start()
         log.info("started %d generation workers on %s", len(self.workers), device)
 
-    def _on_delivered(self, meter: ComputeMeter, metrics: dict[str, float]) -> None:
+    def _on_delivered(
+        self, meter: ComputeMeter, metrics: dict[str, float], counts: dict[str, int]
+    ) -> None:
         with self._lock:
             self.meter.merge(meter)
             self._fresh_metrics.append(metrics)
+            add_counts(self.reward_counts, counts)
 
     def _on_error(self, index: int, error: BaseException) -> None:
         log.error("generation worker %d failed: %s", index, error)
@@ -250,72 +279,37 @@ class ThreadedTrainer(SyncTrainer):
             if worker.alive:
                 log.warning("generation worker %d did not stop within 60 s", worker.index)
         self.clock.pause()
-        for scorer in self._scorers:
-            scorer.close()
-        super().close()
+        for worker in self.workers:
+            worker.maker.scorer.close()
+        self.evaluator.scorer.close()
 
     # ------------------------------------------------------------------ learner
-    def _learner_step(self) -> dict[str, float]:
-        batch = self.config.train.batch_size
-        idle = table_seconds = synced = 0.0
-        while True:
-            start = time.perf_counter()
-            try:
-                self.table.wait_for_sample(batch)
-            except TableClosed:
-                self._raise_if_failed()
-                raise
-            idle += time.perf_counter() - start
-            busy_start = time.perf_counter()
-            try:
-                sample = self.table.sample(batch, timeout=0)
-                break
-            except RateLimiterTimeout:  # an insert evicted what made the sample possible
-                continue
-        table_seconds += time.perf_counter() - busy_start
-        step = self.learner.step(sample)
-        start = time.perf_counter()
-        self.table.set_policy_version(self.learner.version)
-        table_seconds += time.perf_counter() - start
-        if self.learner.version % self.config.workers.publish_every == 0:
-            start = time.perf_counter()
-            self.weights.publish(self.model.state_dict(), self.learner.version)
-            synced = time.perf_counter() - start
-        busy = time.perf_counter() - busy_start
-        with self._lock:
-            self.meter.seconds["training"] += busy
-            self.meter.add_training_step(len(sample), step)
-        self.clock.add(
-            "learner",
-            busy=busy,
-            idle=idle,
-            table=table_seconds,
-            weight_sync=synced,
-            samples_out=len(sample),
-        )
-        return step | sample_metrics(sample)
-
     def train_iteration(self) -> dict[str, Any]:
         self._start_workers()
         self._raise_if_failed()
-        steps = [self._learner_step() for _ in range(self.steps_per_iteration)]
-        self.generator.policy_version = self.learner.version
-        self.iteration += 1
+        try:
+            raw = self.core.iteration()
+        except TableClosed:
+            self._raise_if_failed()
+            raise
         with self._lock:
+            steps = account_learner_steps(raw, self.meter, self.clock)
             fresh, self._fresh_metrics = self._fresh_metrics, []
+        self.iteration += 1
         record: dict[str, Any] = summarise_steps(fresh, steps)
+        if self.replay.method.async_mode() == "rounds":
+            record.update(self.replay.metrics())
         record.update(self.async_metrics())
         return record
 
+    def evaluate(self) -> dict[str, float]:
+        self.generator.policy_version = self.learner.version
+        return self.evaluator(self.iteration)
+
     def async_metrics(self) -> dict[str, float]:
         """Table stats, the limiter's position in its band, and the role clock."""
-        stats = self.table.stats()
-        out = {k: float(v) for k, v in stats.metrics().items()}
-        limiter = self.table.rate_limiter
-        out["async/limiter_diff"] = stats.inserts * limiter.samples_per_insert - stats.samples
-        out["async/limiter_min_diff"] = limiter.min_diff
-        out["async/limiter_max_diff"] = limiter.max_diff
-        out["async/workers_alive"] = float(sum(w.health().alive for w in self.workers))
+        out = limiter_metrics(self.table)
+        out["async/workers_alive"] = float(sum(w.alive for w in self.workers))
         out.update(self.clock.metrics())
         return out
 
@@ -327,46 +321,64 @@ class ThreadedTrainer(SyncTrainer):
 
     # ------------------------------------------------------------------ checkpoints
     def reward_failures(self) -> dict[str, int]:
-        total = dict(self._reward_base)
-        for counts in [self.scorer.counts, *(s.counts for s in self._scorers)]:
-            for key, value in vars(counts).items():
-                total[key] = total.get(key, 0) + int(value)
-        return total
+        with self._lock:
+            total = dict(self.reward_counts)
+        return add_counts(total, vars(self.evaluator.scorer.counts))
 
     def save_checkpoint(self) -> Path:
-        state = self._state()
+        state = {**self._loop_state(), "learner_version": self.learner.version}
 
         def snapshot() -> dict[str, Any]:
             with self._lock:
-                return {"meter": self.meter.state_dict(), "clock": self.clock.state_dict()}
+                return {
+                    "meter": self.meter.state_dict(),
+                    "clock": self.clock.state_dict(),
+                    "reward_counts": add_counts(
+                        dict(self.reward_counts), vars(self.evaluator.scorer.counts)
+                    ),
+                }
 
-        def save_replay(directory: Path) -> None:
+        def save_replay(directory: Path) -> dict[str, Any]:
+            if self.replay.method.async_mode() == "rounds":
+                (directory / METHOD_DIR).mkdir()
+                self.replay.save(directory / METHOD_DIR)
             saved = self.gate.save(directory / TABLE_DIR, snapshot)
             saved.pop("delivered_ids")
-            state.update(saved)
+            return saved
 
-        state["reward_counts"] = self.reward_failures()
-        return save_training_checkpoint(
+        def save_learner(directory: Path) -> None:
+            save_learner_files(
+                directory,
+                model=self.model,
+                optimizer=self.learner.optimizer,
+                rng=self.generator.rng,
+            )
+
+        return write_checkpoint(
+            self.run_dir / CHECKPOINT_DIR,
+            save_learner=save_learner,
+            save_replay=save_replay,
+            state=state,
+        )
+
+    def load_checkpoint(self) -> None:
+        source, state = load_training_checkpoint(
             self.run_dir / CHECKPOINT_DIR,
             model=self.model,
             optimizer=self.learner.optimizer,
             rng=self.generator.rng,
-            state=state,
-            save_replay=save_replay,
         )
-
-    def _load_replay(self, directory: Path, state: dict[str, Any]) -> None:
         if "work_plan" not in state:
-            raise CheckpointError(f"{directory.parent}: not a checkpoint of an asynchronous run")
-        self.table = ReplayTable.load(directory / TABLE_DIR)
-        self.gate = IngestGate(self.table, self.plan)
+            raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
+        check_state(source, state, ASYNC_STATE)
+        self._set_table(ReplayTable.load(source / "replay" / TABLE_DIR))
+        if self.replay.method.async_mode() == "rounds":
+            self.replay.load(source / "replay" / METHOD_DIR)
         self.plan.load_state(state["work_plan"])
         self.clock.load_state_dict(state["clock"])
+        self.reward_counts = {k: int(v) for k, v in state["reward_counts"].items()}
+        self.learner.version = int(state["learner_version"])
+        self._restore_loop(state)
         outstanding = len(state["work_plan"]["outstanding"])
         if outstanding:
             log.info("resume: %d work items were in flight; generating them again", outstanding)
-
-    def load_checkpoint(self) -> None:
-        super().load_checkpoint()
-        self._reward_base = dict(vars(self.scorer.counts))
-        self.scorer.counts = RewardCounts()

@@ -1,6 +1,7 @@
 """Tasks: problems with reference answers, a train/eval split, and safely scored rewards."""
 
 from llm_replay.tasks.base import Problem, Task, TaskError, disjoint_train
+from llm_replay.tasks.builder import build_scorer, build_task
 from llm_replay.tasks.dataset import DatasetTask, math_verify_reward, read_rows
 from llm_replay.tasks.reasoning_gym import ReasoningGymTask
 from llm_replay.tasks.rewards import RewardCounts, SafeScorer
@@ -13,6 +14,8 @@ __all__ = [
     "SafeScorer",
     "Task",
     "TaskError",
+    "build_scorer",
+    "build_task",
     "disjoint_train",
     "math_verify_reward",
     "read_rows",

@@ -3,8 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm_replay.buffer import FreshAnchored, Mixture, ReplayTable, RLEPBlend, SuccessPool
-from llm_replay.buffer.mixture import round_half_up, split_counts
+from llm_replay.buffer import ReplayTable
+from llm_replay.methods.compose import Mixture, round_half_up, split_counts
+from llm_replay.methods.prioritized import FreshAnchored
+from llm_replay.methods.rlep import RLEPBlend
+from llm_replay.methods.success_pool import SuccessPool
 from tests.conftest import make_batch
 
 

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.buffer.samplers import Uniform
-from llm_replay.buffer.table import ReplayTable
+from llm_replay.buffer import ReplayTable, Uniform
 from llm_replay.rollout import RolloutBatch
 
 

@@ -70,3 +70,38 @@ def evaluate(
             metrics[f"eval/pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in counts]))
         metrics["eval/entropy"] = float(np.concatenate(entropies).mean())
     return metrics
+
+
+class Evaluator:
+    """The run's held-out evaluation of one generator's current weights (config `eval:`)."""
+
+    def __init__(
+        self,
+        generator: HFGenerator,
+        tokenizer: Any,
+        prompts: Sequence[Sequence[int]],
+        problems: Sequence[Problem],
+        scorer: SafeScorer,
+        *,
+        sampling: SamplingParams,
+        pass_k: Sequence[int],
+        pass_size: int,
+        seed: int,
+    ) -> None:
+        self.generator, self.tokenizer, self.scorer = generator, tokenizer, scorer
+        self.prompts, self.problems = prompts, problems
+        self.sampling, self.pass_k, self.pass_size, self.seed = sampling, pass_k, pass_size, seed
+
+    def __call__(self, iteration: int) -> dict[str, float]:
+        """Metrics at `iteration`; its pass@k draws depend on the iteration, not on history."""
+        return evaluate(
+            self.generator,
+            self.tokenizer,
+            self.prompts,
+            self.problems,
+            self.scorer,
+            sampling=self.sampling,
+            pass_k=self.pass_k,
+            pass_size=self.pass_size,
+            seed=self.seed + 7919 * (iteration + 1),
+        )

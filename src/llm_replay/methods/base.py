@@ -1,0 +1,253 @@
+"""What a replay method is, for every front end that drives one.
+
+A `ReplayMethod` owns its table(s) and turns the fresh rollouts of one generation round into the
+`Sample`s trained on (`batches`, a lazy iterator, so the caller can take a gradient step and
+advance the policy version between two draws). Its knobs are one config dataclass, validated by
+the config loader under `replay.<knob>`. The sync loop, the threaded and Ray runtimes and the TRL
+trainer all drive a method through this interface and nothing else:
+
+- `batches(fresh)` once per round, a gradient step per yielded sample, `set_policy_version` after
+  each step;
+- `restart_due()` after a round (RLEP restarts from the base model);
+- `metrics()`, `save(dir)` / `load(dir)` for logs and checkpoints.
+
+How a method runs asynchronously is derived from what it does, not listed by hand: a method whose
+batches are the plain credit-based draws of `TableReplay` is a table that generation workers fill
+and the learner samples ("table" mode, rate-limited at its samples-per-insert); any other method
+needs each round of fresh groups, so workers deliver rounds to an intake queue and the learner
+composes batches from them ("rounds" mode). A method that cannot run asynchronously says why in
+`async_refusal`.
+
+A `MethodOption` is a transform of each fresh round that any method it applies to can turn on
+(`replay.<option>.enabled: true`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from llm_replay.buffer import RateLimiter, ReplayTable, Sample
+from llm_replay.rollout import RolloutBatch
+
+TABLE_DIR = "table"
+STATE_FILE = "method.json"
+AsyncMode = Literal["table", "rounds"]
+
+
+class MethodConfigError(ValueError):
+    """A method knob is out of range; the message starts with the knob's name."""
+
+
+def positive(name: str, value: float, *, zero_ok: bool = False) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise MethodConfigError(f"{name} = {value!r}: must be finite and {bound}")
+
+
+def knob(default: Any, help: str) -> Any:
+    """A config field with the one-line help `llm-replay methods` prints."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class MethodConfig:
+    """Base of every method's knobs."""
+
+    def check(self) -> None:
+        """Raise `MethodConfigError` naming the knob; called by the config loader."""
+
+    @property
+    def samples_per_insert(self) -> float:
+        """Rollouts drawn per rollout added (y); 1 for methods that use each rollout once."""
+        return 1.0
+
+
+@dataclass(frozen=True)
+class MethodContext:
+    """What a method needs to know of the rest of the run."""
+
+    batch_size: int
+    rollouts_per_step: int
+    group_size: int = 8
+    seed: int = 0
+    advantage: str = "grpo"
+
+
+class ReplayMethod(ABC):
+    """Base of every replay method (see the module docstring)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    paper: ClassVar[str]
+    Config: ClassVar[type[MethodConfig]] = MethodConfig
+    consumes_rollouts: ClassVar[bool] = False  # every rollout is trained on exactly once
+    restarts: bool = False  # may ask the caller to restart from the base model (`restart_due`)
+    trains_fresh_groups: ClassVar[bool] = False  # a round's fresh groups are its batches
+
+    def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
+        if not isinstance(settings, self.Config):
+            raise TypeError(f"settings = {settings!r}: expected {self.Config.__name__}")
+        self.settings = settings
+        self.context = context
+        self.table = self.build_table()
+        self.mu_source: Callable[[], float | None] = lambda: None
+
+    @abstractmethod
+    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
+        """This method's table; an asynchronous runtime passes the limiter that couples workers
+        and learner (a queue keeps its own)."""
+
+    @abstractmethod
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        """The samples to train on for one round of fresh rollouts."""
+
+    # ------------------------------------------------------------------ asynchronous runs
+    @classmethod
+    def async_mode(cls) -> AsyncMode:
+        return "table" if cls.batches is TableReplay.batches else "rounds"
+
+    @classmethod
+    def async_refusal(cls, settings: MethodConfig) -> str | None:
+        """Why this method cannot run asynchronously with `settings`, or None if it can."""
+        return None
+
+    @classmethod
+    def async_note(cls, settings: MethodConfig) -> str:
+        if cls.async_mode() == "table":
+            return "workers fill the table; the learner samples it at the replay ratio"
+        return "workers deliver rounds of fresh groups; the learner composes each round's batches"
+
+    # ------------------------------------------------------------------ the loop's hooks
+    def set_policy_version(self, version: int) -> None:
+        self.table.set_policy_version(version)
+
+    def restart_due(self) -> bool:
+        """True when the caller must restart the policy from the base model now."""
+        return False
+
+    def metrics(self) -> dict[str, float]:
+        return {k: float(v) for k, v in self.table.stats().metrics().items()}
+
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable state beside the table(s)."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore `state()`."""
+
+    def save(self, directory: Path) -> None:
+        self.table.save(directory / TABLE_DIR)
+        (directory / STATE_FILE).write_text(json.dumps({"method": self.name, **self.state()}))
+
+    def load(self, directory: Path) -> None:
+        state = json.loads((directory / STATE_FILE).read_text())
+        if state.get("method") != self.name:
+            raise ValueError(
+                f"{directory}: saved by method {state.get('method')!r}, not {self.name!r}"
+            )
+        self.table = ReplayTable.load(directory / TABLE_DIR)
+        self.load_state(state)
+
+
+@dataclass
+class TableKnobs(MethodConfig):
+    capacity: int = knob(1024, "rollouts kept (N); the oldest leave first")
+    max_age: int | None = knob(None, "evict rollouts older than this many learner steps")
+
+    def check(self) -> None:
+        positive("capacity", self.capacity)
+        if self.max_age is not None:
+            positive("max_age", self.max_age)
+
+
+@dataclass
+class RatioKnobs(TableKnobs):
+    replay_ratio: float = knob(1.0, "y: rollouts drawn per rollout added (y·R/B steps per round)")
+
+    def check(self) -> None:
+        super().check()
+        positive("replay_ratio", self.replay_ratio)
+
+    @property
+    def samples_per_insert(self) -> float:
+        return self.replay_ratio
+
+
+class TableReplay(ReplayMethod):
+    """Insert the round, then draw `batch_size` rollouts for every `batch_size` of credit; the
+    credit grows by y per rollout added, so fractional steps carry over between rounds."""
+
+    def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
+        super().__init__(settings, context)
+        self.credit = 0.0
+
+    @property
+    def replay_ratio(self) -> float:
+        return self.settings.samples_per_insert
+
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        yield from self.draw(fresh, self.replay_ratio)
+
+    def draw(self, fresh: RolloutBatch, ratio: float) -> Iterator[Sample]:
+        batch_size = self.context.batch_size
+        self.table.insert(fresh)
+        self.credit += ratio * len(fresh)
+        while self.credit >= batch_size - 1e-9:
+            self.credit -= batch_size
+            yield self.table.sample(batch_size)
+
+    def state(self) -> dict[str, Any]:
+        return {"credit": self.credit}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.credit = float(state["credit"])
+
+
+@dataclass
+class OptionConfig:
+    enabled: bool = knob(False, "turn the option on")
+
+    def check(self) -> None:
+        """Raise `MethodConfigError` naming the knob."""
+
+
+class MethodOption(ABC):
+    """A transform of each fresh round that any method it applies to can turn on."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    paper: ClassVar[str]
+    Config: ClassVar[type[OptionConfig]] = OptionConfig
+
+    def __init__(self, settings: OptionConfig, context: MethodContext) -> None:
+        self.settings = settings
+        self.context = context
+
+    @classmethod
+    def refusal(cls, method: type[ReplayMethod]) -> str | None:
+        """Why this option cannot be used with `method`, or None."""
+        return None
+
+    @abstractmethod
+    def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
+        """The round the method will see."""
+
+    def set_policy_version(self, version: int) -> None:  # noqa: B027 - optional hook
+        """The learner's version moved (ages stored rollouts)."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def save(self, directory: Path) -> None:  # noqa: B027 - optional hook
+        """Write this option's state under `directory`."""
+
+    def load(self, directory: Path) -> None:  # noqa: B027 - optional hook
+        """Read what `save` wrote."""

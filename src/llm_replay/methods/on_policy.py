@@ -1,0 +1,33 @@
+"""On-policy GRPO, the baseline: a FIFO queue, every rollout trained on exactly once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llm_replay.buffer import RateLimiter, ReplayTable
+from llm_replay.methods.base import MethodConfig, TableReplay
+from llm_replay.methods.registry import register
+
+
+@dataclass
+class OnPolicyConfig(MethodConfig):
+    """No knobs: batches of `train.batch_size` in generation order."""
+
+
+@register
+class OnPolicy(TableReplay):
+    name = "on_policy"
+    description = "The baseline: each rollout trained on once, in generation order (FIFO queue)."
+    paper = "GRPO, arXiv 2402.03300"
+    Config = OnPolicyConfig
+    consumes_rollouts = True
+    trains_fresh_groups = True
+
+    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
+        c = self.context
+        return ReplayTable.queue(
+            c.rollouts_per_step + c.batch_size,
+            max_insert_batch=c.rollouts_per_step,
+            max_sample_batch=c.batch_size,
+            seed=c.seed,
+        )

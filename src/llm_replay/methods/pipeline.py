@@ -1,0 +1,94 @@
+"""`ReplayPipeline`: a method plus the options turned on for it — the one object a front end drives.
+
+Every front end (the sync loop, the asynchronous learners, the TRL trainer) holds a pipeline and
+calls, per round of fresh rollouts, `batches(fresh)`; after each gradient step,
+`set_policy_version`; after the round, `restart_due()`. Options transform the round before the
+method sees it (`prepare`), in the order they were registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from llm_replay.buffer import Sample
+from llm_replay.methods.base import (
+    MethodConfig,
+    MethodContext,
+    MethodOption,
+    OptionConfig,
+    ReplayMethod,
+)
+from llm_replay.methods.registry import OPTIONS, method_class
+from llm_replay.rollout import RolloutBatch
+
+OPTIONS_DIR = "options"
+
+
+class ReplayPipeline:
+    def __init__(self, method: ReplayMethod, options: Sequence[MethodOption] = ()) -> None:
+        for option in options:
+            refusal = option.refusal(type(method))
+            if refusal is not None:
+                raise ValueError(
+                    f"option {option.name!r}: not with method {method.name!r} ({refusal})"
+                )
+        self.method = method
+        self.options = list(options)
+
+    @classmethod
+    def build(
+        cls,
+        method: str,
+        settings: MethodConfig,
+        context: MethodContext,
+        options: dict[str, OptionConfig] | None = None,
+    ) -> ReplayPipeline:
+        built = [
+            OPTIONS[name](option, context)
+            for name, option in (options or {}).items()
+            if option.enabled
+        ]
+        return cls(method_class(method)(settings, context), built)
+
+    @property
+    def name(self) -> str:
+        return self.method.name
+
+    def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
+        for option in self.options:
+            fresh = option.prepare(fresh)
+        return fresh
+
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        return self.method.batches(self.prepare(fresh))
+
+    def set_policy_version(self, version: int) -> None:
+        self.method.set_policy_version(version)
+        for option in self.options:
+            option.set_policy_version(version)
+
+    def restart_due(self) -> bool:
+        return self.method.restart_due()
+
+    def metrics(self) -> dict[str, float]:
+        out = self.method.metrics()
+        for option in self.options:
+            out.update(option.metrics())
+        return out
+
+    def save(self, directory: Path) -> None:
+        self.method.save(directory)
+        for option in self.options:
+            target = directory / OPTIONS_DIR / option.name
+            target.mkdir(parents=True, exist_ok=True)
+            option.save(target)
+
+    def load(self, directory: Path) -> None:
+        self.method.load(directory)
+        for option in self.options:
+            option.load(directory / OPTIONS_DIR / option.name)
+
+    def describe(self) -> dict[str, Any]:
+        return {"method": self.method.name, "options": [o.name for o in self.options]}

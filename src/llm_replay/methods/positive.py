@@ -1,0 +1,42 @@
+"""Positive-biased replay: keep the freshest (1−δ)N rollouts plus the freshest δN correct ones.
+
+Pair it with the AsymRE loss (`algorithm.loss: asymre`, `algorithm.advantage: dr_grpo`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llm_replay.buffer import RateLimiter, ReplayTable
+from llm_replay.methods.base import MethodConfigError, RatioKnobs, TableReplay, knob
+from llm_replay.methods.registry import register
+
+
+@dataclass
+class PositiveConfig(RatioKnobs):
+    replay_ratio: float = knob(2.0, "y: rollouts drawn per rollout added (y·R/B steps per round)")
+    delta: float = knob(0.5, "δ: share of the buffer reserved for correct rollouts")
+
+    def check(self) -> None:
+        super().check()
+        if not 0 <= self.delta <= 1:
+            raise MethodConfigError(f"delta = {self.delta!r}: must be in [0, 1]")
+
+
+@register
+class PositiveReplay(TableReplay):
+    name = "positive"
+    description = "Buffer keeps the freshest (1−δ)N plus the freshest δN correct rollouts."
+    paper = "Compute-optimal replay for LLM RL (positive bias + AsymRE), arXiv 2604.08706"
+    Config = PositiveConfig
+
+    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
+        s = self.settings
+        assert isinstance(s, PositiveConfig)
+        return ReplayTable.positive_biased(
+            s.capacity,
+            delta=s.delta,
+            max_age=s.max_age,
+            rate_limiter=rate_limiter,
+            seed=self.context.seed,
+        )

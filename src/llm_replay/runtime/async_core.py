@@ -1,0 +1,257 @@
+"""What the threaded and Ray runtimes share beyond the work plan: the async table, the learner's
+step, and the accounting of steps and deliveries.
+
+How a method runs asynchronously follows from `ReplayMethod.async_mode()`:
+
+- "table": the method's own table, rate-limited at its samples-per-insert y (or the on-policy
+  queue), is filled by the workers; every learner step samples `train.batch_size` from it.
+- "rounds": workers deliver rounds (one work item = one sync iteration's fresh groups) to an intake
+  queue; the learner takes one round per iteration, and the method (with its options) composes
+  that round's batches exactly as in the sync loop — fresh-anchored prioritized, RLEP with a
+  collected pool, auto. The queue holds at most `max(2, workers.count)` rounds, which bounds how
+  far generation runs ahead.
+
+`AsyncLearner.iteration` runs one logged iteration of learner steps (sample, train, advance the
+version, publish, time) and returns per-step records; `account_learner_steps` charges them to the
+run's meter and role clock, wherever the learner ran. Deliveries are charged by `account_delivery`
+in both runtimes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from llm_replay.buffer import ReplayTable, Sample, SampleToInsertRatio
+from llm_replay.buffer.rate_limit import RateLimiterTimeout
+from llm_replay.config import Config
+from llm_replay.learner import Learner, sample_metrics
+from llm_replay.methods import ReplayPipeline
+from llm_replay.metrics import ComputeMeter, RoleClock
+
+PRIVATE_KEYS = ("_busy", "_idle", "_table", "_weight_sync", "_rollouts")
+
+
+def steps_per_iteration(config: Config) -> int:
+    """Gradient steps per logged iteration in "table" mode: as many as a sync iteration takes on
+    average ("rounds" mode takes each round's own batches)."""
+    fresh = config.generation.rollouts_per_step
+    return max(1, round(config.replay.samples_per_insert * fresh / config.train.batch_size))
+
+
+def error_buffer(config: Config) -> float:
+    """The limiter's half-band in rollouts: configured, or twice the least that cannot deadlock."""
+    if config.workers.error_buffer is not None:
+        return config.workers.error_buffer
+    r = config.replay.samples_per_insert
+    return r * config.generation.rollouts_per_step + config.train.batch_size
+
+
+def build_async_table(config: Config, pipeline: ReplayPipeline) -> ReplayTable:
+    """The table the workers fill: the method's own (rate-limited) or the rounds intake queue."""
+    method = pipeline.method
+    fresh, batch, seed = (
+        config.generation.rollouts_per_step,
+        config.train.batch_size,
+        config.train.seed,
+    )
+    if method.async_mode() == "rounds":
+        return ReplayTable.queue(
+            fresh * max(2, config.workers.count),
+            max_insert_batch=fresh,
+            max_sample_batch=fresh,
+            seed=seed,
+            name="intake",
+        )
+    if method.consumes_rollouts:
+        return method.build_table()
+    capacity = method.table.max_rollouts
+    limiter = SampleToInsertRatio(
+        config.replay.samples_per_insert,
+        min(capacity, max(batch, fresh)),
+        error_buffer(config),
+        max_insert_batch=fresh,
+        max_sample_batch=batch,
+    )
+    return method.build_table(limiter)
+
+
+def limiter_metrics(table: ReplayTable) -> dict[str, float]:
+    """Table stats and where the limiter stands in its band. The intake queue of "rounds" mode
+    reports as `intake/...`, so the method's own `buffer/...` metrics stay its table's."""
+    stats = table.stats()
+    out = {k: float(v) for k, v in stats.metrics().items()}
+    if table.name == "intake":
+        out = {k.replace("buffer/", "intake/", 1): v for k, v in out.items()}
+    limiter = table.rate_limiter
+    spi = getattr(limiter, "samples_per_insert", None)
+    if spi is not None:
+        out["async/limiter_diff"] = stats.inserts * spi - stats.samples
+        out["async/limiter_min_diff"] = float(limiter.min_diff)
+        out["async/limiter_max_diff"] = float(limiter.max_diff)
+    return out
+
+
+class TableClient(Protocol):
+    """The learner's handle on the table the workers fill: local, or a Ray actor."""
+
+    def sample(self, batch_size: int) -> tuple[Sample, float, float]:
+        """(sample, seconds blocked by the limiter, seconds of table work and transfer)."""
+        ...
+
+    def set_policy_version(self, version: int) -> None: ...
+
+
+class LocalTable:
+    """`TableClient` for a table in this process."""
+
+    def __init__(self, table: ReplayTable) -> None:
+        self.table = table
+
+    def sample(self, batch_size: int) -> tuple[Sample, float, float]:
+        idle = 0.0
+        while True:
+            start = time.perf_counter()
+            self.table.wait_for_sample(batch_size)  # TableClosed when the run stops
+            idle += time.perf_counter() - start
+            start = time.perf_counter()
+            try:
+                sample = self.table.sample(batch_size, timeout=0)
+            except RateLimiterTimeout:  # an insert evicted what made the sample possible
+                continue
+            return sample, idle, time.perf_counter() - start
+
+    def set_policy_version(self, version: int) -> None:
+        self.table.set_policy_version(version)
+
+
+class AsyncLearner:
+    """The learner's side of an asynchronous run, the same under threads and Ray."""
+
+    def __init__(
+        self,
+        config: Config,
+        learner: Learner,
+        client: TableClient,
+        pipeline: ReplayPipeline,
+        publish: Callable[[int], None],
+    ) -> None:
+        self.learner, self.client, self.pipeline, self.publish = learner, client, pipeline, publish
+        self.mode = pipeline.method.async_mode()
+        self.batch_size = config.train.batch_size
+        self.round_size = config.generation.rollouts_per_step
+        self.steps_per_iteration = steps_per_iteration(config)
+        self.publish_every = config.workers.publish_every
+
+    def iteration(self) -> list[dict[str, float]]:
+        """One logged iteration: `steps_per_iteration` draws ("table") or one round ("rounds")."""
+        if self.mode == "table":
+            return [
+                self._step(*self.client.sample(self.batch_size))
+                for _ in range(self.steps_per_iteration)
+            ]
+        round_sample, idle, table_seconds = self.client.sample(self.round_size)
+        steps: list[dict[str, float]] = []
+        batches = self.pipeline.batches(round_sample.to_batch())
+        while True:
+            start = time.perf_counter()
+            sample = next(batches, None)
+            composed = time.perf_counter() - start
+            if sample is None:
+                return steps
+            steps.append(self._step(sample, idle, table_seconds + composed))
+            idle = table_seconds = 0.0
+
+    def _step(self, sample: Sample, idle: float, table_seconds: float) -> dict[str, float]:
+        start = time.perf_counter()
+        step = self.learner.step(sample)
+        trained = time.perf_counter()
+        version = self.learner.version
+        if self.mode == "table":
+            self.client.set_policy_version(version)
+        else:
+            self.pipeline.set_policy_version(version)
+        table_seconds += time.perf_counter() - trained
+        synced = 0.0
+        if version % self.publish_every == 0:
+            before = time.perf_counter()
+            self.publish(version)
+            synced = time.perf_counter() - before
+        return {
+            **step,
+            **sample_metrics(sample),
+            "_busy": time.perf_counter() - start + table_seconds,
+            "_idle": idle,
+            "_table": table_seconds,
+            "_weight_sync": synced,
+            "_rollouts": float(len(sample)),
+        }
+
+
+def account_learner_steps(
+    steps: list[dict[str, float]], meter: ComputeMeter, clock: RoleClock
+) -> list[dict[str, float]]:
+    """Charge learner steps to the run's meter and clock; returns the steps' public metrics."""
+    out = []
+    for step in steps:
+        private = {key: step[key] for key in PRIVATE_KEYS}
+        public = {k: v for k, v in step.items() if k not in PRIVATE_KEYS}
+        meter.add_seconds("training", private["_busy"])
+        meter.add_training_step(int(private["_rollouts"]), public)
+        clock.add(
+            "learner",
+            busy=private["_busy"],
+            idle=private["_idle"],
+            table=private["_table"],
+            weight_sync=private["_weight_sync"],
+            samples_out=int(private["_rollouts"]),
+        )
+        out.append(public)
+    return out
+
+
+@dataclass
+class WorkerStats:
+    """A generation worker's delivered work, as the driver accounts it."""
+
+    items_delivered: int = 0
+    rollouts_delivered: int = 0
+    busy_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    policy_version: int = -1
+
+
+def account_delivery(
+    clock: RoleClock,
+    stats: WorkerStats,
+    *,
+    rollouts: int,
+    busy: float,
+    idle: float,
+    table: float,
+    weight_sync: float,
+    policy_version: int,
+) -> None:
+    """Charge one delivered work item to its worker's stats and the generator role's clock."""
+    stats.items_delivered += 1
+    stats.rollouts_delivered += rollouts
+    stats.busy_seconds += busy
+    stats.idle_seconds += idle
+    stats.policy_version = policy_version
+    clock.add(
+        "generator",
+        busy=busy,
+        idle=idle,
+        table=table,
+        weight_sync=weight_sync,
+        rollouts_in=rollouts,
+    )
+
+
+def add_counts(total: dict[str, int], counts: dict[str, Any]) -> dict[str, int]:
+    """Reward-failure counts: one schema (RewardCounts' fields) summed over scorers."""
+    for key, value in counts.items():
+        total[key] = total.get(key, 0) + int(value)
+    return total

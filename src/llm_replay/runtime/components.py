@@ -1,0 +1,139 @@
+"""The one place that builds a run's parts from its `Config`.
+
+Task, reward scorer, model and tokenizer, generator, learner, evaluator and replay pipeline are
+each made by one function here; the sync, threaded and Ray runtimes, `llm-replay eval` and the Ray
+learner actor compose what they need from these and nothing else builds them. `Policy` bundles
+what every consumer of a model needs (the model, its tokenizer, the task and the encoded prompts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+
+from llm_replay.algorithms.losses import LossParams
+from llm_replay.config import Config
+from llm_replay.evaluation import Evaluator
+from llm_replay.generation import HFGenerator, SamplingParams
+from llm_replay.learner import Learner, LearnerSettings
+from llm_replay.methods import MethodContext, ReplayPipeline
+from llm_replay.models import encode_prompts, load_policy
+from llm_replay.runtime.rollouts import RolloutMaker
+from llm_replay.tasks import SafeScorer, Task, build_scorer, build_task
+
+
+@dataclass
+class Policy:
+    """A loaded model with its tokenizer, the task and the task's train prompts, encoded."""
+
+    config: Config
+    model: Any
+    tokenizer: Any
+    task: Task
+    train_prompts: list[list[int]]
+
+    @classmethod
+    def load(cls, config: Config, *, device: str | None = None, task: Task | None = None) -> Policy:
+        task = task if task is not None else build_task(config)
+        model, tokenizer = load_policy(
+            config.model.path, device=device or config.model.device, dtype=config.model.dtype
+        )
+        prompts = encode_prompts(
+            tokenizer, [p.prompt for p in task.train], config.model.chat_template
+        )
+        return cls(config, model, tokenizer, task, prompts)
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    def generator(self, seed: int, model: Any = None) -> HFGenerator:
+        return HFGenerator(
+            self.model if model is None else model,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            seed=seed,
+        )
+
+    def rollout_maker(self, generator: HFGenerator) -> RolloutMaker:
+        """Generation + scoring of train prompts with `generator` and a scorer of its own."""
+        g, config = self.config.generation, self.config
+        return RolloutMaker(
+            generator=generator,
+            tokenizer=self.tokenizer,
+            problems=self.task.train,
+            prompts=self.train_prompts,
+            scorer=build_scorer(config, self.task),
+            sampling=sampling_params(config),
+            group_size=g.group_size,
+            advantage=config.algorithm.advantage,
+            correct_threshold=self.task.correct_threshold,
+        )
+
+    def evaluator(self, generator: HFGenerator, scorer: SafeScorer | None = None) -> Evaluator:
+        e = self.config.eval
+        problems = list(self.task.eval[: e.size])
+        prompts = encode_prompts(
+            self.tokenizer, [p.prompt for p in problems], self.config.model.chat_template
+        )
+        return Evaluator(
+            generator,
+            self.tokenizer,
+            prompts,
+            problems,
+            scorer if scorer is not None else build_scorer(self.config, self.task),
+            sampling=sampling_params(self.config),
+            pass_k=e.pass_k,
+            pass_size=e.pass_size,
+            seed=self.config.train.seed,
+        )
+
+
+def sampling_params(config: Config) -> SamplingParams:
+    g = config.generation
+    return SamplingParams(g.max_new_tokens, g.temperature, g.top_k, g.top_p)
+
+
+def build_optimizer(config: Config, model: Any) -> torch.optim.Optimizer:
+    o = config.optim
+    return torch.optim.AdamW(
+        model.parameters(), lr=o.lr, betas=(o.beta1, o.beta2), weight_decay=o.weight_decay
+    )
+
+
+def learner_settings(config: Config) -> LearnerSettings:
+    a, g = config.algorithm, config.generation
+    return LearnerSettings(
+        loss=a.loss,
+        aggregation=a.aggregation,
+        loss_params=LossParams(**{f.name: getattr(a, f.name) for f in fields(LossParams)}),
+        temperature=g.temperature,
+        kl_coef=a.kl_coef,
+        entropy_coef=a.entropy_coef,
+        grad_clip=config.optim.grad_clip,
+        micro_batch_size=config.train.micro_batch_size,
+        use_sampling_weights=a.use_sampling_weights,
+        sum_norm_length=g.max_new_tokens,
+    )
+
+
+def build_learner(config: Config, model: Any) -> Learner:
+    return Learner(model, build_optimizer(config, model), learner_settings(config))
+
+
+def method_context(config: Config) -> MethodContext:
+    return MethodContext(
+        batch_size=config.train.batch_size,
+        rollouts_per_step=config.generation.rollouts_per_step,
+        group_size=config.generation.group_size,
+        seed=config.train.seed,
+        advantage=config.algorithm.advantage,
+    )
+
+
+def build_replay(config: Config) -> ReplayPipeline:
+    """The replay method named by `config.replay`, with the options turned on for it."""
+    r = config.replay
+    return ReplayPipeline.build(r.method, r.settings, method_context(config), r.options)

@@ -1,0 +1,42 @@
+"""The task named by a run's `task:` config section."""
+
+from __future__ import annotations
+
+from llm_replay.config import Config
+from llm_replay.tasks.base import Task
+from llm_replay.tasks.dataset import DatasetTask
+from llm_replay.tasks.reasoning_gym import ReasoningGymTask
+from llm_replay.tasks.rewards import SafeScorer
+
+
+def build_task(config: Config) -> Task:
+    t = config.task
+    if t.kind == "dataset":
+        assert t.path is not None
+        return DatasetTask(
+            t.path,
+            eval_path=t.eval_path,
+            eval_fraction=t.eval_fraction,
+            seed=t.seed,
+            prompt_field=t.prompt_field,
+            answer_field=t.answer_field,
+            correct_threshold=t.correct_threshold,
+        )
+    return ReasoningGymTask(
+        t.dataset,
+        params=t.params,
+        train_size=t.train_size,
+        eval_size=t.eval_size,
+        seed=t.seed,
+        eval_seed=t.eval_seed,
+        prompt_template=t.prompt_template,
+        strip_spaces=t.strip_spaces,
+        correct_threshold=t.correct_threshold,
+    )
+
+
+def build_scorer(config: Config, task: Task) -> SafeScorer:
+    """A reward scorer with the run's timeout and failure reward (one per thread or process)."""
+    return SafeScorer(
+        task, timeout_s=config.task.reward_timeout_s, failure_reward=config.task.failure_reward
+    )
