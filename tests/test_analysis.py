@@ -69,3 +69,13 @@ def test_paired_ratios_on_each_basis(tmp_path: Path) -> None:
     assert summary["methods"]["slow"]["never_reached_seeds"]["mu_5"] == 3
     with pytest.raises(ValueError, match="baseline = 'nope'"):
         compare_methods({"base": base}, baseline="nope", bases=["measured"])
+
+
+def test_median_interval_is_a_bootstrap_interval_of_the_median() -> None:
+    from llm_replay.analysis import median_interval
+
+    assert median_interval([0.5]) is None  # one seed: nothing to resample
+    assert median_interval([0.5, 0.5, 0.5]) == [0.5, 0.5]
+    low, high = median_interval([0.4, 0.5, 0.6, 0.45, 0.55])  # type: ignore[misc]
+    assert low is not None and high is not None and 0.4 <= low < 0.5 < high <= 0.6
+    assert median_interval([0.4, None, 0.5])[1] is None  # type: ignore[index]  # never reached

@@ -81,6 +81,33 @@ def median_or_none(values: Sequence[float | None]) -> float | None:
     return None if not np.isfinite(median) else median
 
 
+def median_interval(
+    values: Sequence[float | None], *, confidence: float = 0.95, seed: int = 0
+) -> list[float | None] | None:
+    """A bootstrap confidence interval of the median over seeds (`scipy.stats.bootstrap`,
+    percentile method, 9999 resamples), "never reached" counted as +inf; an infinite bound is
+    None. None when fewer than two seeds (no spread to resample)."""
+    if len(values) < 2:
+        return None
+    from scipy.stats import bootstrap
+
+    array = np.array([np.inf if v is None else v for v in values], dtype=float)
+    if np.all(array == array[0]):
+        bounds = (array[0], array[0])
+    else:
+        with np.errstate(invalid="ignore"):  # medians of resamples that hold +inf
+            result = bootstrap(
+                (array,),
+                np.median,
+                confidence_level=confidence,
+                n_resamples=9999,
+                method="percentile",
+                rng=np.random.default_rng(seed),
+            )
+        bounds = (result.confidence_interval.low, result.confidence_interval.high)
+    return [float(b) if np.isfinite(b) else None for b in bounds]
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
     array = np.asarray(values, dtype=float)
     return {"median": float(np.median(array)), "min": float(array.min()), "max": float(array.max())}
@@ -115,7 +142,8 @@ def compare_methods(
     order and sampling stream). The target of seed s is the baseline's smoothed final accuracy on
     that seed, and the baseline's compute is what it took to first reach it. A method's ratio on a
     basis is the median over seeds of (its compute to reach the target ÷ the baseline's), with
-    "never reached" counted as infinite: null when the median seed never got there.
+    "never reached" counted as infinite: null when the median seed never got there; beside it, a
+    bootstrap 95% interval of that median over seeds (`median_interval`).
     """
     if baseline not in runs:
         raise ValueError(f"baseline = {baseline!r}: not among the methods {sorted(runs)}")
@@ -130,12 +158,11 @@ def compare_methods(
             raise ValueError(f"{name}: {len(curves)} seeds, baseline has {len(reference)}")
         finals = [c.final for c in curves]
         reach = {b: [c.reach(t, b) for c, t in zip(curves, targets, strict=True)] for b in bases}
-        ratio = {
-            b: median_or_none(
-                [_ratio(v, ref) for v, ref in zip(reach[b], baseline_cost[b], strict=True)]
-            )
+        per_seed = {
+            b: [_ratio(v, ref) for v, ref in zip(reach[b], baseline_cost[b], strict=True)]
             for b in bases
         }
+        ratio = {b: median_or_none(per_seed[b]) for b in bases}
         pass_keys = sorted({k for f in finals for k in f if k.startswith("eval/pass@")})
         methods[name] = {
             "seeds": len(curves),
@@ -149,6 +176,8 @@ def compare_methods(
             "gradient_steps": spread([float(c.steps[-1]) for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
             "compute_to_target_ratio": ratio,
+            "compute_to_target_ratio_ci95": {b: median_interval(per_seed[b]) for b in bases},
+            "compute_to_target_ratio_per_seed": per_seed,
             "never_reached_seeds": {b: sum(v is None for v in reach[b]) for b in bases},
         }
     return {

@@ -83,6 +83,15 @@ def cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ratio_cell(ratio: float | None, interval: list[float | None] | None) -> str:
+    """`0.45× [0.40–0.52]`: the median ratio over seeds and its bootstrap 95% interval."""
+    text = "never" if ratio is None else f"{ratio:.2f}×"
+    if interval is not None:
+        low, high = (("∞" if b is None else f"{b:.2f}") for b in interval)
+        text += f" [{low}–{high}]"
+    return text
+
+
 def print_comparison(summary: dict[str, Any]) -> None:
     bases = summary["experiment"]["bases"]
     table = Table(
@@ -102,7 +111,10 @@ def print_comparison(summary: dict[str, Any]) -> None:
             "—" if pass8 is None else f"{100 * pass8:.0f}%",
             "—" if m["mu_measured"] is None else f"{m['mu_measured']:.2f}",
             "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
-            *("never" if ratios[b] is None else f"{ratios[b]:.2f}×" for b in bases),
+            *(
+                _ratio_cell(ratios[b], m.get("compute_to_target_ratio_ci95", {}).get(b))
+                for b in bases
+            ),
         )
     console.print(table)
 
