@@ -375,7 +375,9 @@ class RayTrainer(RunLoop):
                 except (RayTaskError, RayActorError):
                     pass
         self._pending.clear()
-        self.final_table_inserts = int(ray.get(self.table.stats.remote())["buffer/inserts"])
+        stats = ray.get(self.table.stats.remote())
+        key = "intake/inserts" if "intake/inserts" in stats else "buffer/inserts"  # rounds mode
+        self.final_table_inserts = int(stats[key])
         for worker in self.workers:
             worker.stop()
         self._release()
