@@ -81,6 +81,16 @@ class MethodContext:
     advantage: str = "grpo"
 
 
+def queue_table(context: MethodContext) -> ReplayTable:
+    """The FIFO queue of a method that trains on each rollout once, in generation order."""
+    return ReplayTable.queue(
+        context.rollouts_per_step + context.batch_size,
+        max_insert_batch=context.rollouts_per_step,
+        max_sample_batch=context.batch_size,
+        seed=context.seed,
+    )
+
+
 class ReplayMethod(ABC):
     """Base of every replay method (see the module docstring)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_replay.buffer import RateLimiter, ReplayTable
-from llm_replay.methods.base import MethodConfig, TableReplay
+from llm_replay.methods.base import MethodConfig, TableReplay, queue_table
 from llm_replay.methods.registry import register
 
 
@@ -24,10 +24,4 @@ class OnPolicy(TableReplay):
     trains_fresh_groups = True
 
     def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        c = self.context
-        return ReplayTable.queue(
-            c.rollouts_per_step + c.batch_size,
-            max_insert_batch=c.rollouts_per_step,
-            max_sample_batch=c.batch_size,
-            seed=c.seed,
-        )
+        return queue_table(self.context)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from llm_replay.buffer import Sample
 from llm_replay.methods.base import (
@@ -89,6 +88,3 @@ class ReplayPipeline:
         self.method.load(directory)
         for option in self.options:
             option.load(directory / OPTIONS_DIR / option.name)
-
-    def describe(self) -> dict[str, Any]:
-        return {"method": self.method.name, "options": [o.name for o in self.options]}

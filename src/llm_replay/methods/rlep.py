@@ -18,7 +18,14 @@ import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import RateLimiter, ReplayTable, Sample
-from llm_replay.methods.base import MethodConfig, MethodContext, TableReplay, knob, positive
+from llm_replay.methods.base import (
+    MethodConfig,
+    MethodContext,
+    TableReplay,
+    knob,
+    positive,
+    queue_table,
+)
 from llm_replay.methods.registry import register
 from llm_replay.methods.success_pool import SuccessPool
 from llm_replay.rollout import RolloutBatch
@@ -118,13 +125,7 @@ class RLEP(TableReplay):
         return None
 
     def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        c = self.context
-        return ReplayTable.queue(
-            c.rollouts_per_step + c.batch_size,
-            max_insert_batch=c.rollouts_per_step,
-            max_sample_batch=c.batch_size,
-            seed=c.seed,
-        )
+        return queue_table(self.context)
 
     @property
     def phase(self) -> int:
