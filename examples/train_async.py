@@ -2,6 +2,7 @@
 
     python examples/train_async.py           # ~1 minute on 2 CPU cores
     python examples/train_async.py ray       # the same run with Ray actors (llm-replay[ray])
+    python examples/train_async.py --iterations 4   # a shorter run (the test suite's)
 
 The run is `configs/async_uniform.yaml` with a shorter budget. It prints the learning result and
 how the time was used: how long generators waited on the rate limiter, how long the learner
@@ -10,9 +11,9 @@ waited for data, the table's share of the learner's time, and the replay ratio t
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
-import sys
 from pathlib import Path
 
 from llm_replay.config import load_config
@@ -20,7 +21,11 @@ from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
 
 logging.basicConfig(level=logging.INFO, format="%(message)s")
-runtime = sys.argv[1] if len(sys.argv) > 1 else "threaded"
+parser = argparse.ArgumentParser(description="uniform replay with workers and a learner at once")
+parser.add_argument("runtime", nargs="?", default="threaded", choices=["threaded", "ray"])
+parser.add_argument("--iterations", type=int, default=20, help="generation rounds (default 20)")
+args = parser.parse_args()
+runtime = args.runtime
 if runtime == "ray":
     import ray
 
@@ -31,8 +36,8 @@ config = load_config(
     "configs/async_uniform.yaml",
     [
         f"runtime={runtime}",
-        "train.iterations=20",
-        "eval.every=10",
+        f"train.iterations={args.iterations}",
+        f"eval.every={max(1, args.iterations // 2)}",
         "eval.size=200",
         f"log.run_dir=runs/example_{runtime}",
         "log.tensorboard=false",

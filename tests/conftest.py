@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +84,12 @@ def make_batch(
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+def wait_until(condition: Callable[[], bool], *, deadline: float = 60.0) -> None:
+    """Poll `condition` until it holds; the deadline only turns a hang into a failure."""
+    end = time.monotonic() + deadline
+    while not condition():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition never held within {deadline} s")
+        time.sleep(0.001)

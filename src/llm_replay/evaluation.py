@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.tasks import Problem, SafeScorer
@@ -55,7 +54,7 @@ def evaluate(
     metrics = {"eval/accuracy": float(np.mean(correct)), "eval/size": float(len(correct))}
     if pass_size:
         n = max(pass_k)
-        rng = torch.Generator().manual_seed(seed)
+        rng = generator.seeded_rng(seed)
         subset = list(range(min(pass_size, len(prompts))))
         per_call = max(1, batch_rollouts // n)
         counts, entropies = [], []

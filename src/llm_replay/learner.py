@@ -3,8 +3,11 @@
 Readable top to bottom. A batch (`Sample`) is split into micro-batches of rows sorted by length,
 each cut to its own longest row, so padding is not paid for; the loss of each micro-batch is
 divided by the whole batch's normaliser, so the summed gradient equals the full batch's. Log-probs
-are taken at the sampling temperature (logits / T), the same distribution the generator recorded
-as behaviour log-probs, so r = π_θ/π_behav is 1 for a rollout trained on the weights that made it.
+are taken under the sampling distribution (logits / T, then top-k/top-p truncation, through the
+generator's own `sampling_logprobs`), the distribution the generator recorded as behaviour
+log-probs, so r = π_θ/π_behav is 1 for a rollout trained on the weights that made it. A stale
+token outside today's nucleus gets the floor log-prob (ratio 0). The KL to the reference is taken
+on the tempered distribution without truncation, where both log-probs are finite.
 Losses needing a proximal policy (decoupled PPO) get one forward pass of the pre-step weights.
 Optional: KL to a frozen reference model (k3 estimator) and an entropy bonus.
 """
@@ -28,6 +31,8 @@ from llm_replay.algorithms.losses import (
     policy_loss,
 )
 from llm_replay.buffer import Sample
+from llm_replay.generation.distribution import entropy as token_entropy
+from llm_replay.generation.distribution import sampling_logprobs
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class LearnerSettings:
     aggregation: str = "token_mean"
     loss_params: LossParams = field(default_factory=LossParams)
     temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     grad_clip: float = 1.0
@@ -44,23 +51,49 @@ class LearnerSettings:
     sum_norm_length: int | None = None
 
 
+LOGPROB_FLOOR = -1e4
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """Per-token log-probs at positions 1.. (position 0 gets 0), [B, T] each.
+
+    sampled: under the sampling distribution (truncated tokens floored at LOGPROB_FLOOR);
+    tempered: under logits / T without truncation (the same tensor when truncation is off);
+    entropy: of the sampling distribution, when asked for.
+    """
+
+    sampled: Tensor
+    tempered: Tensor
+    entropy: Tensor | None = None
+
+
 def token_logprobs(
     model: Any,
     input_ids: Tensor,
     attention_mask: Tensor,
     temperature: float,
     *,
+    top_k: int = 0,
+    top_p: float = 1.0,
     entropy: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """log π(input_ids[t] | input_ids[<t]) at positions 1.. (position 0 gets 0). [B, T] each."""
+) -> TokenLogprobs:
+    """log π(input_ids[t] | input_ids[<t]) under the distribution the generator samples from."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
-    logp = torch.log_softmax(logits / temperature, dim=-1)  # [B, T-1, V]
-    picked = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
-    zeros = torch.zeros_like(picked[:, :1])
-    ent = None
-    if entropy:
-        ent = torch.cat([zeros, -(logp.exp() * logp).sum(-1)], dim=1)
-    return torch.cat([zeros, picked], dim=1), ent
+    targets = input_ids[:, 1:, None]
+    zeros = torch.zeros_like(logits[:, :1, 0])
+
+    def pad(values: Tensor) -> Tensor:
+        return torch.cat([zeros, values], dim=1)
+
+    logp = sampling_logprobs(logits, temperature, top_k, top_p)  # [B, T-1, V]
+    sampled = pad(logp.gather(-1, targets).squeeze(-1).clamp(min=LOGPROB_FLOOR))
+    tempered = sampled
+    if top_k or top_p < 1.0:
+        full = torch.log_softmax(logits / temperature, dim=-1)
+        tempered = pad(full.gather(-1, targets).squeeze(-1))
+    ent = pad(token_entropy(logp)) if entropy else None
+    return TokenLogprobs(sampled, tempered, ent)
 
 
 class Learner:
@@ -105,6 +138,20 @@ class Learner:
             "weights": None if weights is None else torch.from_numpy(weights).float().to(dev),
         }
 
+    def _logprobs(
+        self, model: Any, chunk: dict[str, Any], *, entropy: bool = False
+    ) -> TokenLogprobs:
+        s = self.settings
+        return token_logprobs(
+            model,
+            chunk["input_ids"],
+            chunk["attention_mask"],
+            s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            entropy=entropy,
+        )
+
     def step(self, sample: Sample) -> dict[str, float]:
         """One optimizer step on `sample`; returns `loss/...` and `train/...` metrics."""
         if len(sample) == 0:
@@ -121,24 +168,14 @@ class Learner:
         proximal = None
         if s.loss in NEEDS_PROXIMAL:
             with torch.no_grad():
-                proximal = [
-                    token_logprobs(self.model, c["input_ids"], c["attention_mask"], s.temperature)[
-                        0
-                    ]
-                    for c in chunks
-                ]
+                proximal = [self._logprobs(self.model, c).sampled for c in chunks]
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
         policy_sum = 0.0
         tokens = float(full_mask.sum())
         for i, c in enumerate(chunks):
-            logprobs, entropy = token_logprobs(
-                self.model,
-                c["input_ids"],
-                c["attention_mask"],
-                s.temperature,
-                entropy=s.entropy_coef > 0,
-            )
+            current = self._logprobs(self.model, c, entropy=s.entropy_coef > 0)
+            logprobs, entropy = current.sampled, current.entropy
             loss, parts = policy_loss(
                 s.loss,
                 logprobs,
@@ -154,10 +191,8 @@ class Learner:
             policy_sum += float(loss.detach())
             if self.reference is not None and s.kl_coef > 0:
                 with torch.no_grad():
-                    ref, _ = token_logprobs(
-                        self.reference, c["input_ids"], c["attention_mask"], s.temperature
-                    )
-                delta = ref - logprobs
+                    ref = self._logprobs(self.reference, c).tempered
+                delta = ref - current.tempered
                 k3 = torch.exp(delta) - delta - 1
                 loss = loss + s.kl_coef * aggregate(k3, c["mask"], s.aggregation, denominator)
                 parts["loss/kl_reference"] = float(

@@ -2,7 +2,8 @@
 
 The model remembers every rollout ever inserted, by key. After each step the table must agree with
 it: live keys were inserted and hold exactly what was inserted; size, tokens and counters add up;
-every eviction bound holds; and malformed input changes nothing.
+every eviction bound holds; malformed input changes nothing; and rows pinned for a copy outside
+the lock read what was stored, whatever was evicted and inserted since.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class TableMachine(RuleBasedStateMachine):
         max_age=st.one_of(st.none(), st.integers(0, 3)),
         max_times=st.one_of(st.none(), st.integers(1, 3)),
         seed=st.integers(0, 2**16),
+        arena_units=st.sampled_from([None, 64, 400]),
     )
     def setup(
         self,
@@ -94,6 +96,7 @@ class TableMachine(RuleBasedStateMachine):
         max_age: int | None,
         max_times: int | None,
         seed: int,
+        arena_units: int | None,
     ) -> None:
         self.table = ReplayTable(
             max_rollouts,
@@ -103,12 +106,15 @@ class TableMachine(RuleBasedStateMachine):
             max_times_sampled=max_times,
             seed=seed,
         )
+        if arena_units is not None:  # a small ring wraps, grows and compacts within a few steps
+            self.table.storage._set_arena(np.zeros(arena_units + 1024, dtype=np.int32))
         self.rng = np.random.default_rng(seed)
         self.inserted: dict[int, Any] = {}
         self.next_group = 0
         self.version = 0
         self.sampled = 0
         self.dropped = 0  # rows the retention rule dropped on arrival (key -1)
+        self.pins: dict[int, tuple[Any, list[Any]]] = {}  # rows a sample is still copying
 
     @rule(n=st.integers(1, 12))
     def insert(self, n: int) -> None:
@@ -191,6 +197,32 @@ class TableMachine(RuleBasedStateMachine):
         keys = live_keys(self.table)
         if self.table.sampler.name == "prioritized":
             assert self.table.update_priorities(keys, self.rng.random(len(keys))) == len(keys)
+
+    @rule(count=st.integers(1, 8))
+    def pin(self, count: int) -> None:
+        storage = self.table.storage
+        live = storage.live_slots()
+        if len(live):
+            slots = self.rng.choice(live, min(count, len(live)), replace=False)
+            token, rows = storage.pin(slots)
+            self.pins[token] = (rows, [self.inserted[k] for k in storage.keys_of(slots).tolist()])
+
+    @rule()
+    def unpin(self) -> None:
+        if self.pins:
+            token = min(self.pins)
+            self.table.storage.unpin(token)
+            del self.pins[token]
+
+    @invariant()
+    def pinned_rows_read_what_was_stored(self) -> None:
+        for rows, expected in getattr(self, "pins", {}).values():
+            ids, logprobs, attention, loss = rows.gather()
+            for r, item in enumerate(expected):
+                assert np.array_equal(
+                    ids[r][attention[r]], np.concatenate([item.prompt_ids, item.completion_ids])
+                )
+                assert np.array_equal(logprobs[r][loss[r]], item.behaviour_logprobs)
 
     @invariant()
     def consistent(self) -> None:

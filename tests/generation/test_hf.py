@@ -1,6 +1,9 @@
-"""The transformers generator: behaviour log-probs match the learner's, EOS stops, seeds repeat."""
+"""The transformers generator: behaviour log-probs match the learner's under every sampling setting,
+EOS stops, seeds repeat, sampling stays on the model's device."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -8,7 +11,7 @@ import torch
 
 from llm_replay.buffer import Sample
 from llm_replay.generation import HFGenerator, SamplingParams
-from llm_replay.learner import token_logprobs
+from llm_replay.learner import LOGPROB_FLOOR, Learner, LearnerSettings, token_logprobs
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.rollout import RolloutBatch
 
@@ -28,14 +31,19 @@ def make(policy, seed: int = 0) -> HFGenerator:  # type: ignore[no-untyped-def]
 PROMPTS = ["98+93-77=", "1+2=", "45-6+7="]
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_behaviour_logprobs_equal_learner_logprobs(policy, temperature: float) -> None:  # type: ignore[no-untyped-def]
-    """Left-padded, KV-cached sampling and the right-padded training forward agree token by token."""
-    model, tok = policy
+SETTINGS = [
+    SamplingParams(max_new_tokens=6),
+    SamplingParams(max_new_tokens=6, temperature=0.7),
+    SamplingParams(max_new_tokens=6, top_k=4),
+    SamplingParams(max_new_tokens=6, top_p=0.8),
+    SamplingParams(max_new_tokens=6, temperature=1.3, top_k=6, top_p=0.9),
+]
+
+
+def fresh_sample(policy, params: SamplingParams) -> Sample:  # type: ignore[no-untyped-def]
+    _, tok = policy
     prompts = encode_prompts(tok, PROMPTS)
-    out = make(policy).generate(
-        prompts, 4, SamplingParams(max_new_tokens=6, temperature=temperature)
-    )
+    out = make(policy).generate(prompts, 4, params)
     batch = RolloutBatch.from_flat(
         prompt_ids=np.concatenate([prompts[i] for i in out.prompt_index]).astype(np.int32),
         prompt_lengths=[len(prompts[i]) for i in out.prompt_index],
@@ -43,20 +51,65 @@ def test_behaviour_logprobs_equal_learner_logprobs(policy, temperature: float) -
         completion_lengths=out.completion_lengths,
         behaviour_logprobs=out.behaviour_logprobs,
         rewards=np.zeros(len(out)),
+        advantages=np.linspace(-1.0, 1.0, len(out)),
         group_ids=out.prompt_index,
         policy_versions=np.zeros(len(out), np.int64),
         finish_reasons=out.finish_reasons,
     )
-    sample = Sample.from_batch(batch, current_version=0)
+    return Sample.from_batch(batch, current_version=0)
+
+
+@pytest.mark.parametrize(
+    "params", SETTINGS, ids=lambda p: f"T{p.temperature}-k{p.top_k}-p{p.top_p}"
+)
+def test_fresh_rollouts_have_ratio_one_under_every_sampling_setting(policy, params) -> None:  # type: ignore[no-untyped-def]
+    """Left-padded, KV-cached sampling and the right-padded training forward agree token by token,
+    truncation included, so the learner's first step on fresh data clips nothing."""
+    model, _ = policy
+    sample = fresh_sample(policy, params)
     with torch.no_grad():
-        logprobs, _ = token_logprobs(
+        logprobs = token_logprobs(
             model,
             torch.from_numpy(sample.input_ids).long(),
             torch.from_numpy(sample.attention_mask).long(),
-            temperature,
-        )
+            params.temperature,
+            top_k=params.top_k,
+            top_p=params.top_p,
+        ).sampled
     mask = sample.loss_mask
     np.testing.assert_allclose(logprobs.numpy()[mask], sample.behaviour_logprobs[mask], atol=2e-5)
+    learner = Learner(
+        copy.deepcopy(model),
+        torch.optim.SGD(model.parameters(), lr=0.0),
+        LearnerSettings(
+            temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, grad_clip=0
+        ),
+    )
+    metrics = learner.step(sample)
+    assert metrics["loss/ratio_max"] == pytest.approx(1.0, abs=1e-4)
+    assert metrics["loss/kl_behaviour"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_token_outside_todays_nucleus_has_ratio_zero_and_finite_gradient(policy) -> None:  # type: ignore[no-untyped-def]
+    """Stale data sampled without truncation, trained with top-k 1: tokens that are not today's
+    argmax get the floor log-prob, and the loss and its gradient stay finite."""
+    model, _ = policy
+    sample = fresh_sample(policy, SamplingParams(max_new_tokens=6))
+    trained = copy.deepcopy(model)
+    learner = Learner(
+        trained,
+        torch.optim.SGD(trained.parameters(), lr=0.0),
+        LearnerSettings(top_k=1, grad_clip=0, kl_coef=0.1, entropy_coef=0.01),
+        reference=copy.deepcopy(model),
+    )
+    with torch.no_grad():
+        logprobs = learner._logprobs(trained, learner._tensors(sample, np.arange(len(sample))))
+    mask = torch.from_numpy(sample.loss_mask)
+    floored = (logprobs.sampled == LOGPROB_FLOOR) & mask
+    assert floored.any() and (logprobs.sampled[mask & ~floored].abs() < 1e-5).all()
+    metrics = learner.step(sample)
+    assert [k for k, v in metrics.items() if not np.isfinite(v)] == []
+    assert all(torch.isfinite(p.grad).all() for p in trained.parameters() if p.grad is not None)
 
 
 def test_eos_ends_a_completion_and_lengths_cap(policy) -> None:  # type: ignore[no-untyped-def]
@@ -105,3 +158,12 @@ def test_bad_arguments(policy) -> None:  # type: ignore[no-untyped-def]
         gen.generate([[]], 1, SamplingParams())
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0.0)
+
+
+def test_rng_must_live_on_the_models_device(policy) -> None:  # type: ignore[no-untyped-def]
+    gen = make(policy)
+    assert gen.rng.device == gen.device
+    assert gen.seeded_rng(1).device == gen.device
+    a = gen.generate([[3]], 4, SamplingParams(max_new_tokens=4), rng=gen.seeded_rng(7))
+    b = gen.generate([[3]], 4, SamplingParams(max_new_tokens=4), rng=gen.seeded_rng(7))
+    assert np.array_equal(a.completion_ids, b.completion_ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,7 +28,8 @@ def test_pass_at_k_hand_values() -> None:
 
 def test_meter_mu_flops_and_cost() -> None:
     meter = ComputeMeter(parameters=1000)
-    meter.seconds.update(generation=3.0, scoring=1.0, training=8.0)
+    for role, seconds in {"generation": 3.0, "scoring": 1.0, "training": 8.0}.items():
+        meter.add_seconds(role, seconds)
     meter.add(rollouts_generated=100, rollouts_trained=200, tokens_generated=500, prompt_tokens=300)
     meter.add(tokens_trained=1000, forward_only_tokens=100)
     # generation: 4 s / 100 rollouts; training: 8 s / 200 rollouts → μ = 0.04 / 0.04 = 1
@@ -51,11 +53,18 @@ def test_meter_mu_flops_and_cost() -> None:
     assert ComputeMeter().mu is None
 
 
-def test_meter_times_roles() -> None:
+def test_meter_times_roles_with_its_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([10.0, 12.5, 20.0, 20.25])
+    monkeypatch.setattr(
+        "llm_replay.metrics.compute.time", SimpleNamespace(perf_counter=lambda: next(readings))
+    )
     meter = ComputeMeter()
     with meter.time("training"):
-        sum(range(10000))
-    assert meter.seconds["training"] > 0 and meter.seconds["generation"] == 0
+        pass
+    with pytest.raises(RuntimeError), meter.time("generation"):  # a failed section still counts
+        raise RuntimeError("boom")
+    assert meter.seconds == {**meter.seconds, "training": 2.5, "generation": 0.25}
+    assert meter.total_seconds == 2.75
 
 
 def test_logger_truncates_after_checkpoint(tmp_path: Path) -> None:

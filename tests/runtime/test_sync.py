@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from llm_replay.buffer import Sample
 from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 from tests.conftest import ROOT, tiny_config
@@ -134,11 +137,22 @@ def test_keyboard_interrupt_saves_a_resumable_checkpoint(tmp_path: Path) -> None
     assert summary["iterations"] == 3
 
 
-def test_compute_budget_stops_the_run(tmp_path: Path) -> None:
+def test_compute_budget_stops_the_run_at_the_first_iteration_past_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The meter reads a clock that advances 0.05 s per reading, so every timed section costs
+    exactly 0.05 s and the stopping point does not depend on the machine."""
+    readings = iter(range(10**6))
+    monkeypatch.setattr(
+        "llm_replay.metrics.compute.time",
+        SimpleNamespace(perf_counter=lambda: 0.05 * next(readings)),
+    )
     config = tiny_config(None, tmp_path / "r", "train.iterations=1000", "train.compute_seconds=0.5")
     summary = SyncTrainer(config).run()
-    assert summary["iterations"] < 1000
-    assert summary["compute_seconds"]["total"] >= 0.5
+    total, iterations = summary["compute_seconds"]["total"], summary["iterations"]
+    per_iteration = total / iterations
+    assert 1 < iterations < 1000
+    assert total >= 0.5 > total - per_iteration  # the iteration before had not reached it
 
 
 def test_tensorboard_events_are_written(tmp_path: Path) -> None:
@@ -153,6 +167,9 @@ def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Pa
         "generation.dynamic_sampling=true", "generation.prompts_per_step=8", "train.batch_size=32",
     )  # fmt: skip
     trainer = SyncTrainer(config)
+    trained: list[Sample] = []
+    step = trainer.learner.step
+    trainer.learner.step = lambda sample: trained.append(sample) or step(sample)  # type: ignore[method-assign]
     trainer.run()
     log = [r for r in read_log(tmp_path / "d") if r["kind"] == "train"]
     generated = sum(r["generation/groups_generated"] for r in log)
@@ -160,7 +177,11 @@ def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Pa
     assert all(r["generation/groups_generated"] >= 8 for r in log)
     assert all(r["generation/groups_kept"] <= 8 for r in log)
     # what was trained on had a learning signal in every group
-    assert trainer.meter.counts["rollouts_trained"] <= trainer.meter.counts["rollouts_generated"]
+    assert trained and sum(len(s) for s in trained) == trainer.meter.counts["rollouts_trained"]
+    for sample in trained:
+        for group in np.unique(sample.group_ids):
+            rewards = sample.rewards[sample.group_ids == group]
+            assert rewards.max() > rewards.min(), f"group {group} has equal rewards {rewards}"
 
 
 def test_auto_at_low_mu_trains_on_policy(tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ def test_crashing_and_hanging_rewards_are_survived_and_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     task = FlakyTask()
-    scorer = SafeScorer(task, timeout_s=0.3, failure_reward=-1.0, workers=2)
+    scorer = SafeScorer(task, timeout_s=2.0, failure_reward=-1.0, workers=2)
     problems = [task.train[0]] * 5
     try:
         rewards = scorer.score(["1", "boom", "hang", "0", "nan"], problems)

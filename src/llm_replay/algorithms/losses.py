@@ -248,6 +248,6 @@ def policy_loss(
     }
     if "ratio" in parts:
         metrics["loss/ratio_max"] = float((parts["ratio"].detach() * mask).max())
-    log_ratio = inputs.log_ratio.detach()
+    log_ratio = inputs.log_ratio.detach().clamp(-20.0, 20.0)  # a floored token stays finite
     metrics["loss/kl_behaviour"] = float(((torch.exp(-log_ratio) - 1 + log_ratio) * mask).sum() / n)
     return loss, metrics

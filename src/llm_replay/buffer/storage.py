@@ -15,6 +15,7 @@ seen so far) or compacts. Slots are recycled from a free list; a stable key is
 ``epoch * capacity + slot`` so a key names one rollout forever and maps to its slot by arithmetic.
 
 Simplifications: one arena (no sharding); growth and compaction copy under the table's lock.
+Padded batches are copied outside it, from pinned rows (`buffer/gather.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.buffer.gather import PinnedRows
 from llm_replay.buffer.state_check import check_storage_state
 from llm_replay.rollout import RolloutBatch, concat_ranges
 
@@ -122,6 +124,8 @@ class RolloutStorage:
         self.live_units = 0
         self.num_tokens = 0
         self.task_names: list[str] = [""]
+        self._pins: dict[int, PinnedRows] = {}
+        self._next_pin = 0
 
     # ----------------------------------------------------------------- keys
     def keys_of(self, slots: npt.ArrayLike) -> I64:
@@ -269,10 +273,13 @@ class RolloutStorage:
         return starts
 
     def _fits_contiguously(self, total: int) -> bool:
-        if self.size == 0:
+        pinned = self._pinned_starts()
+        if self.size == 0 and not len(pinned):
             self.head = 0
             return total <= self.data_units
-        tail = int(self.offset[self.oldest(1)[0]])
+        bounds = pinned if self.size == 0 else np.append(pinned, self.offset[self.oldest(1)[0]])
+        # The tail is the occupied offset that comes first going forward from the head.
+        tail = int(bounds[np.argmin((bounds - self.head) % self.data_units)])
         if tail < self.head:  # live span [tail, head): free at the end, then [0, tail)
             return self.head + total <= self.data_units or total <= tail
         return self.head + total <= tail  # wrapped: free is [head, tail)
@@ -352,46 +359,38 @@ class RolloutStorage:
         self._prefix = np.concatenate((np.ones(width, bool), np.zeros(width, bool)))
         self._prefix_width = width
 
-    def _rows(self, array: np.ndarray, width: int) -> np.ndarray:
-        """A [len(array) - width + 1, width] view whose row r is array[r : r + width] (no copy)."""
-        stride = array.strides[0]
-        return np.ndarray(
-            shape=(len(array) - width + 1, width),
-            dtype=array.dtype,
-            buffer=array,
-            strides=(stride, stride),
+    def rows(self, slots: I64) -> PinnedRows:
+        """What a padded gather of `slots` reads, valid while the arena is not rewritten."""
+        return PinnedRows(
+            self.arena,
+            self._prefix,
+            self._prefix_width,
+            self.offset[slots],
+            self.prompt_len[slots],
+            self.completion_len[slots],
         )
 
     def gather_padded(
         self, slots: I64, pad_id: int = 0
     ) -> tuple[I32, npt.NDArray[np.float32], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-        """Learner-ready, right-padded arrays for `slots`.
+        """Learner-ready, right-padded arrays for `slots` (see `PinnedRows.gather`)."""
+        return self.rows(slots).gather(pad_id)
 
-        Returns input_ids [B, T] int32 (prompt then completion), behaviour_logprobs [B, T] float32
-        (the log-prob of input_ids[b, t], 0 outside the completion), attention_mask [B, T] and
-        loss_mask [B, T] (completion tokens) as bool, with T the longest rollout in the batch.
+    def pin(self, slots: I64) -> tuple[int, PinnedRows]:
+        """Rows of `slots` that no insert overwrites until `unpin(token)`."""
+        rows = self.rows(slots)
+        token = self._next_pin
+        self._next_pin += 1
+        self._pins[token] = rows
+        return token, rows
 
-        Each output row is one contiguous window of the arena (the guard region after the ring
-        keeps every window in bounds), so the gather is a row copy per rollout, not a per-token
-        index; masks are windows of a ones-then-zeros pattern.
-        """
-        p = self.prompt_len[slots]
-        c = self.completion_len[slots]
-        lengths = p + c
-        width = int(lengths.max()) if len(slots) else 0
-        windows = self._rows(self.arena, width)
-        offset = self.offset[slots]
-        ids = windows[offset]
-        logprob_bits = windows[offset + c]  # log-prob of token t sits at offset + C + t
-        masks = self._rows(self._prefix, width)
-        attention = masks[self._prefix_width - lengths]
-        loss = attention ^ masks[self._prefix_width - p]
-        if pad_id == 0:
-            ids *= attention
-        else:
-            ids[~attention] = pad_id
-        logprob_bits *= loss  # mask as integers: garbage bits may be NaN patterns
-        return ids, logprob_bits.view(np.float32), attention, loss
+    def unpin(self, token: int) -> None:
+        del self._pins[token]
+
+    def _pinned_starts(self) -> I64:
+        """Offsets of pinned rows in the current arena (pins of a replaced arena bind nothing)."""
+        starts = [rows.offset for rows in self._pins.values() if rows.arena is self.arena]
+        return np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
 
     def gather_batch(self, slots: I64) -> RolloutBatch:
         """The stored rollouts at `slots` as a columnar batch (for checkpoints and mixtures)."""

@@ -24,7 +24,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ import numpy.typing as npt
 from llm_replay.buffer.arguments import batch_size_arg, keys_arg, pad_id_arg, timeout_arg
 from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, write_atomic_dir
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
+from llm_replay.buffer.gather import PinnedRows
 from llm_replay.buffer.rate_limit import (
     MinSize,
     RateLimiter,
@@ -47,10 +47,10 @@ from llm_replay.buffer.samplers import (
     Prioritized,
     Sampler,
     Uniform,
-    make_sampler,
 )
-from llm_replay.buffer.stats import TableCounters, TableStats, histogram
+from llm_replay.buffer.stats import TableCounters, TableStats
 from llm_replay.buffer.storage import RolloutStorage, batch_nbytes
+from llm_replay.buffer.table_state import restore_table, table_arguments, table_state, table_stats
 from llm_replay.rollout import Group, Rollout, RolloutBatch
 
 logger = logging.getLogger(__name__)
@@ -261,10 +261,11 @@ class ReplayTable:
         with self._cond:
             self._wait(lambda: self._can_sample(n), wait, f"sample of {n} rollouts")
             slots, probabilities = self.sampler.sample(n, self._rng)
-            result = self._build_sample(slots, probabilities, pad, count=True)
+            pin, rows = self.storage.pin(slots)
+            columns = self._sample_columns(slots, probabilities, count=True)
             self._evict(self.eviction.for_times_sampled(self.storage, slots), "max_times_sampled")
             self._cond.notify_all()
-        return result
+        return self._gather(pin, rows, columns, pad)
 
     def _starved(self) -> bool:
         """The sample side cannot be served for lack of rollouts (so inserts must pass)."""
@@ -285,11 +286,11 @@ class ReplayTable:
             return False
         return self.sampler.with_replacement or self.sampler.available() >= n
 
-    def _build_sample(
-        self, slots: I64, probabilities: npt.NDArray[np.float64], pad_id: int, *, count: bool
-    ) -> Sample:
+    def _sample_columns(
+        self, slots: I64, probabilities: npt.NDArray[np.float64], *, count: bool
+    ) -> dict[str, Any]:
+        """Everything of a Sample but the padded arrays (read under the lock)."""
         st = self.storage
-        ids, logprobs, attention, loss = st.gather_padded(slots, pad_id)
         if count:
             _increment(st.times_sampled, slots)
         ages = self._version - st.policy_version[slots]
@@ -298,27 +299,38 @@ class ReplayTable:
             self.counters.sample_calls += 1
             self.counters.sampled_age_sum += int(ages.sum())
             self.counters.sampled_age_max = max(self.counters.sampled_age_max, int(ages.max()))
+        return {
+            "keys": st.keys_of(slots),
+            "ages": ages,
+            "times_sampled": st.times_sampled[slots],
+            "probabilities": probabilities,
+            "importance_weights": self.sampler.importance_weights(probabilities),
+            "rewards": st.reward[slots],
+            "advantages": st.advantage[slots],
+            "policy_versions": st.policy_version[slots],
+            "group_ids": st.group_id[slots],
+            "prompt_lengths": st.prompt_len[slots],
+            "completion_lengths": st.completion_len[slots],
+            "correct": st.correct[slots],
+            "finish_reasons": st.finish_reason[slots],
+            "task_codes": st.task_code[slots],
+            "sources": np.zeros(len(slots), dtype=np.int8),
+            "task_names": tuple(st.task_names),
+        }
+
+    def _gather(self, pin: int, rows: PinnedRows, columns: dict[str, Any], pad_id: int) -> Sample:
+        """Copy the pinned rows without the lock (inserts go on meanwhile), then unpin."""
+        try:
+            ids, logprobs, attention, loss = rows.gather(pad_id)
+        finally:
+            with self._cond:
+                self.storage.unpin(pin)
         return Sample(
             input_ids=ids,
             behaviour_logprobs=logprobs,
             attention_mask=attention,
             loss_mask=loss,
-            keys=st.keys_of(slots),
-            ages=ages,
-            times_sampled=st.times_sampled[slots],
-            probabilities=probabilities,
-            importance_weights=self.sampler.importance_weights(probabilities),
-            rewards=st.reward[slots],
-            advantages=st.advantage[slots],
-            policy_versions=st.policy_version[slots],
-            group_ids=st.group_id[slots],
-            prompt_lengths=st.prompt_len[slots],
-            completion_lengths=st.completion_len[slots],
-            correct=st.correct[slots],
-            finish_reasons=st.finish_reason[slots],
-            task_codes=st.task_code[slots],
-            sources=np.zeros(len(slots), dtype=np.int8),
-            task_names=tuple(st.task_names),
+            **columns,
         )
 
     def get(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
@@ -328,8 +340,9 @@ class ReplayTable:
         with self._cond:
             slots, found = self.storage.slots_of(key_array)
             hit = slots[found]
-            result = self._build_sample(hit, np.ones(len(hit)), pad, count=False)
-        return result, found
+            pin, rows = self.storage.pin(hit)
+            columns = self._sample_columns(hit, np.ones(len(hit)), count=False)
+        return self._gather(pin, rows, columns, pad), found
 
     # ----------------------------------------------------------------- updates
     def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
@@ -438,28 +451,7 @@ class ReplayTable:
     # ----------------------------------------------------------------- stats
     def stats(self) -> TableStats:
         with self._cond:
-            st = self.storage
-            live = st.live_slots()
-            return TableStats(
-                name=self.name,
-                size=st.size,
-                max_rollouts=self.max_rollouts,
-                num_tokens=st.num_tokens,
-                max_tokens=self.eviction.max_tokens,
-                max_bytes=self.eviction.max_bytes,
-                nbytes=st.nbytes,
-                payload_nbytes=st.payload_nbytes,
-                policy_version=self._version,
-                inserts=self.counters.inserts,
-                insert_calls=self.counters.insert_calls,
-                samples=self.counters.samples,
-                sample_calls=self.counters.sample_calls,
-                evictions=dict(self._evictions),
-                age_histogram=histogram(self._version - st.policy_version[live]),
-                reuse_histogram=histogram(st.times_sampled[live]),
-                sampled_age_mean=self.counters.sampled_age_sum / max(1, self.counters.samples),
-                sampled_age_max=self.counters.sampled_age_max,
-            )
+            return table_stats(self)
 
     # ----------------------------------------------------------------- checkpoints
     def save(self, path: str | Path) -> Path:
@@ -484,48 +476,12 @@ class ReplayTable:
     def state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(JSON-serialisable manifest, named arrays) describing this table exactly."""
         with self._cond:
-            meta = {
-                "name": self.name,
-                "seed": self.seed,
-                "eviction": asdict(self.eviction),
-                "sampler": {"name": self.sampler.name, "config": self.sampler.config()},
-                "rate_limiter": self.rate_limiter.config(),
-                "rng": self._rng.bit_generator.state,
-                "counters": {"version": self._version, **asdict(self.counters)},
-                "evictions": dict(self._evictions),
-                "storage": self.storage.state_meta(),
-            }
-            arrays = {f"storage.{k}": v for k, v in self.storage.state_arrays().items()}
-            arrays.update({f"sampler.{k}": v for k, v in self.sampler.state_arrays().items()})
-            return meta, arrays
+            return table_state(self)
 
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> ReplayTable:
-        eviction = meta["eviction"]
-        table = cls(
-            eviction["max_rollouts"],
-            sampler=make_sampler(meta["sampler"]["name"], **meta["sampler"]["config"]),
-            max_tokens=eviction["max_tokens"],
-            max_age=eviction["max_age"],
-            max_times_sampled=eviction["max_times_sampled"],
-            max_bytes=eviction.get("max_bytes"),
-            rate_limiter=RateLimiter.from_config(meta["rate_limiter"]),
-            seed=meta["seed"],
-            name=meta["name"],
-        )
-        storage_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("storage.")}
-        sampler_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("sampler.")}
-        table.storage.load_state(meta["storage"], storage_arrays)
-        table.sampler.load_state_arrays(sampler_arrays)
-        table._rng.bit_generator.state = meta["rng"]
-        counters = {k: int(v) for k, v in meta["counters"].items()}
-        table._version = counters.pop("version")
-        table.counters = TableCounters(**counters)
-        if not set(meta["evictions"]) <= set(REASONS):
-            raise ValueError(
-                f"evictions: unknown reasons {sorted(set(meta['evictions']) - set(REASONS))}"
-            )
-        table._evictions.update({k: int(v) for k, v in meta["evictions"].items()})
+        table = cls(**table_arguments(meta))
+        restore_table(table, meta, arrays)
         return table
 
 

@@ -2,8 +2,9 @@
 
 Prompts are left-padded so every row's next token sits in the last column; position ids come from
 the attention mask. Sampling is our own loop over `model(...)` (not `generate`) so the log-prob
-of each sampled token is read from the very distribution it was drawn from, and the RNG is an
-explicit `torch.Generator` (seeded, saved in checkpoints). A row that emits EOS stops: later
+of each sampled token is read from the very distribution it was drawn from
+(`distribution.sampling_logprobs`, which the learner calls too), and the RNG is an explicit
+`torch.Generator` on the model's device (seeded, saved in checkpoints). A row that emits EOS stops: later
 positions are padding, not part of its completion. The batch runs until its longest completion
 ends, as batched generation does, and `padded_tokens` counts what that costs.
 """
@@ -17,19 +18,7 @@ import numpy as np
 import torch
 
 from llm_replay.generation.base import Generation, SamplingParams
-
-
-def _truncate(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Mask logits outside top-k / the top-p nucleus with -inf. logits: [N, V] (already / T)."""
-    if top_k and top_k < logits.shape[-1]:
-        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
-        cumulative = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cumulative - sorted_logits.softmax(-1) >= top_p
-        logits = logits.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
-    return logits
+from llm_replay.generation.distribution import entropy, sampling_logprobs
 
 
 class HFGenerator:
@@ -41,7 +30,11 @@ class HFGenerator:
         self.pad_token_id = int(pad_token_id)
         self.policy_version = 0
         self.device = next(model.parameters()).device
-        self.rng = torch.Generator(device="cpu").manual_seed(seed)
+        self.rng = self.seeded_rng(seed)
+
+    def seeded_rng(self, seed: int) -> torch.Generator:
+        """A generator on the model's device, so sampling never copies the distribution to CPU."""
+        return torch.Generator(device=self.device).manual_seed(seed)
 
     def load_weights(self, state: dict[str, Any], version: int) -> None:
         self.model.load_state_dict(state)
@@ -61,6 +54,9 @@ class HFGenerator:
             raise ValueError(f"n = {n!r}: must be >= 1")
         if not prompts or any(len(p) == 0 for p in prompts):
             raise ValueError("prompts: need at least one prompt, each with at least one token")
+        generator = self.rng if rng is None else rng
+        if not params.greedy and generator.device != self.device:
+            raise ValueError(f"rng: on {generator.device}, the model on {self.device}")
         was_training = self.model.training
         self.model.eval()
         rows = [list(p) for p in prompts for _ in range(n)]
@@ -84,22 +80,15 @@ class HFGenerator:
         done = torch.zeros(n_rows, dtype=torch.bool)
         generated = 0
         for t in range(steps):
-            scaled = logits.float() / (params.temperature or 1.0)
-            scaled = _truncate(scaled, params.top_k, params.top_p)
-            logp = torch.log_softmax(scaled, dim=-1)  # [N, V]
+            logp = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
             if params.greedy:
                 token = logp.argmax(-1)
             else:
-                token = torch.multinomial(
-                    logp.exp().cpu(), 1, generator=self.rng if rng is None else rng
-                ).squeeze(-1)
-                token = token.to(self.device)
-            probs = logp.exp()
-            entropy = -(probs * torch.where(probs > 0, logp, 0.0)).sum(-1)
+                token = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
             live = ~done
             tokens[live, t] = token[live].cpu()
             logprobs[live, t] = logp.gather(-1, token[:, None]).squeeze(-1)[live].float().cpu()
-            entropies[live, t] = entropy[live].float().cpu()
+            entropies[live, t] = entropy(logp)[live].float().cpu()
             lengths += live.cpu().long()
             generated = t + 1
             done |= (token == self.eos_token_id).cpu()

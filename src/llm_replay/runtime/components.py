@@ -110,6 +110,8 @@ def learner_settings(config: Config) -> LearnerSettings:
         aggregation=a.aggregation,
         loss_params=LossParams(**{f.name: getattr(a, f.name) for f in fields(LossParams)}),
         temperature=g.temperature,
+        top_k=g.top_k,
+        top_p=g.top_p,
         kl_coef=a.kl_coef,
         entropy_coef=a.entropy_coef,
         grad_clip=config.optim.grad_clip,

@@ -1,0 +1,112 @@
+"""A table's exact state as a JSON manifest plus named arrays, and back (no pickle); its stats.
+
+Kept apart from `table.py` so the table's concurrency (locks, pins, waits) reads on its own; the
+caller holds the table's lock while `table_state` and `table_stats` run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any, Protocol
+
+import numpy as np
+
+from llm_replay.buffer.eviction import REASONS, EvictionPolicy
+from llm_replay.buffer.rate_limit import RateLimiter
+from llm_replay.buffer.samplers import Sampler, make_sampler
+from llm_replay.buffer.stats import TableCounters, TableStats, histogram
+from llm_replay.buffer.storage import RolloutStorage
+
+
+class TableParts(Protocol):
+    """What of a `ReplayTable` its state and stats are made of."""
+
+    name: str
+    seed: int
+    eviction: EvictionPolicy
+    sampler: Sampler
+    rate_limiter: RateLimiter
+    storage: RolloutStorage
+    counters: TableCounters
+    _rng: np.random.Generator
+    _version: int
+    _evictions: dict[str, int]
+
+    @property
+    def max_rollouts(self) -> int: ...
+
+
+def table_state(table: TableParts) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    meta = {
+        "name": table.name,
+        "seed": table.seed,
+        "eviction": asdict(table.eviction),
+        "sampler": {"name": table.sampler.name, "config": table.sampler.config()},
+        "rate_limiter": table.rate_limiter.config(),
+        "rng": table._rng.bit_generator.state,
+        "counters": {"version": table._version, **asdict(table.counters)},
+        "evictions": dict(table._evictions),
+        "storage": table.storage.state_meta(),
+    }
+    arrays = {f"storage.{k}": v for k, v in table.storage.state_arrays().items()}
+    arrays.update({f"sampler.{k}": v for k, v in table.sampler.state_arrays().items()})
+    return meta, arrays
+
+
+def table_arguments(meta: dict[str, Any]) -> dict[str, Any]:
+    """The constructor arguments of the table `meta` describes."""
+    eviction = meta["eviction"]
+    return {
+        "max_rollouts": eviction["max_rollouts"],
+        "sampler": make_sampler(meta["sampler"]["name"], **meta["sampler"]["config"]),
+        "max_tokens": eviction["max_tokens"],
+        "max_age": eviction["max_age"],
+        "max_times_sampled": eviction["max_times_sampled"],
+        "max_bytes": eviction.get("max_bytes"),
+        "rate_limiter": RateLimiter.from_config(meta["rate_limiter"]),
+        "seed": meta["seed"],
+        "name": meta["name"],
+    }
+
+
+def restore_table(table: TableParts, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Load contents, sampler state, RNG and counters into a freshly built `table`."""
+    storage_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("storage.")}
+    sampler_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("sampler.")}
+    table.storage.load_state(meta["storage"], storage_arrays)
+    table.sampler.load_state_arrays(sampler_arrays)
+    table._rng.bit_generator.state = meta["rng"]
+    counters = {k: int(v) for k, v in meta["counters"].items()}
+    table._version = counters.pop("version")
+    table.counters = TableCounters(**counters)
+    if not set(meta["evictions"]) <= set(REASONS):
+        raise ValueError(
+            f"evictions: unknown reasons {sorted(set(meta['evictions']) - set(REASONS))}"
+        )
+    table._evictions.update({k: int(v) for k, v in meta["evictions"].items()})
+
+
+def table_stats(table: TableParts) -> TableStats:
+    st = table.storage
+    live = st.live_slots()
+    counters = table.counters
+    return TableStats(
+        name=table.name,
+        size=st.size,
+        max_rollouts=table.max_rollouts,
+        num_tokens=st.num_tokens,
+        max_tokens=table.eviction.max_tokens,
+        max_bytes=table.eviction.max_bytes,
+        nbytes=st.nbytes,
+        payload_nbytes=st.payload_nbytes,
+        policy_version=table._version,
+        inserts=counters.inserts,
+        insert_calls=counters.insert_calls,
+        samples=counters.samples,
+        sample_calls=counters.sample_calls,
+        evictions=dict(table._evictions),
+        age_histogram=histogram(table._version - st.policy_version[live]),
+        reuse_histogram=histogram(st.times_sampled[live]),
+        sampled_age_mean=counters.sampled_age_sum / max(1, counters.samples),
+        sampled_age_max=counters.sampled_age_max,
+    )
