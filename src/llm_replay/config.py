@@ -8,11 +8,9 @@ scalars (`--set optim.lr=1e-4 --set eval.pass_k=[1,4]`). Derived quantities are 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import math
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,19 +18,40 @@ from typing import Any, Literal
 
 import yaml
 
+from llm_replay.config_parse import (
+    ConfigError,
+    build,
+    deep_copy,
+    field_names,
+    parse_override,
+    yaml_error,
+)
 from llm_replay.methods import (
     METHODS,
     OPTIONS,
     MethodConfig,
-    MethodConfigError,
     OptionConfig,
     ReplayMethod,
     method_class,
 )
+from llm_replay.methods.pipeline import async_mode
 
-
-class ConfigError(ValueError):
-    """A configuration value is missing, unknown, of the wrong type or out of range."""
+__all__ = [
+    "AlgorithmConfig",
+    "Config",
+    "ConfigError",
+    "EvalConfig",
+    "GenerationConfig",
+    "LogConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "ReplayConfig",
+    "TaskConfig",
+    "TrainConfig",
+    "WorkersConfig",
+    "config_from_dict",
+    "load_config",
+]
 
 
 def _positive(key: str, value: float, *, zero_ok: bool = False) -> None:
@@ -212,23 +231,23 @@ class ReplayConfig:
             raise ConfigError(f"{prefix}.method = {name!r}: choose one of {sorted(METHODS)}")
         method = METHODS[name]
         knobs = {k: v for k, v in data.items() if k != "method" and k not in OPTIONS}
-        own = _field_names(method.Config)
+        own = field_names(method.Config)
         for key in knobs:
-            owners = sorted(m for m, c in METHODS.items() if key in _field_names(c.Config))
+            owners = sorted(m for m, c in METHODS.items() if key in field_names(c.Config))
             if key not in own and owners:
                 raise ConfigError(
                     f"{prefix}.{key}: a knob of {owners}, not of method {name!r} "
                     f"(its knobs: {sorted(own) or 'none'})"
                 )
             if key not in own:
-                every = sorted({k for c in METHODS.values() for k in _field_names(c.Config)})
+                every = sorted({k for c in METHODS.values() for k in field_names(c.Config)})
                 close = difflib.get_close_matches(str(key), every + sorted(OPTIONS), n=1)
                 hint = f"; did you mean '{prefix}.{close[0]}'?" if close else ""
                 raise ConfigError(f"unknown key '{prefix}.{key}'{hint}")
-        settings = _build(method.Config, knobs, prefix)
+        settings = build(method.Config, knobs, prefix)
         options: dict[str, OptionConfig] = {}
         for option_name, option in OPTIONS.items():
-            built = _build(option.Config, data.get(option_name) or {}, f"{prefix}.{option_name}")
+            built = build(option.Config, data.get(option_name) or {}, f"{prefix}.{option_name}")
             refusal = option.refusal(method)
             if built.enabled and refusal is not None:
                 raise ConfigError(
@@ -236,10 +255,6 @@ class ReplayConfig:
                 )
             options[option_name] = built
         return cls(name, settings, options)
-
-
-def _field_names(cls: Any) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
 
 
 @dataclass
@@ -361,7 +376,8 @@ class Config:
                 + self.train.batch_size
             )
             buffer = self.workers.error_buffer
-            ratio_limited = method.async_mode() == "table" and not method.consumes_rollouts
+            mode = async_mode(method, bool(self.replay.enabled_options()))
+            ratio_limited = mode == "table" and not method.consumes_rollouts
             if buffer is not None and ratio_limited and 2 * buffer < need:
                 raise ConfigError(
                     f"workers.error_buffer = {buffer:g}: the band (2 × error_buffer) must hold "
@@ -379,103 +395,8 @@ class Config:
         return out
 
 
-def _type_name(kind: Any) -> str:
-    return getattr(kind, "__name__", str(kind)).replace("typing.", "")
-
-
-def _convert(key: str, kind: Any, value: Any) -> Any:
-    origin = typing.get_origin(kind)
-    if origin is Literal:
-        if value not in typing.get_args(kind):
-            raise ConfigError(f"{key} = {value!r}: choose one of {list(typing.get_args(kind))}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(kind)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _convert(key, inner[0], value)
-    if kind is ReplayConfig:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} = {value!r}: expected a mapping of replay knobs")
-        return ReplayConfig.from_mapping(value, key)
-    if dataclasses.is_dataclass(kind):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} = {value!r}: expected a mapping of {_type_name(kind)} fields")
-        return _build(kind, value, key)
-    if origin is list:
-        (item,) = typing.get_args(kind)
-        if not isinstance(value, list):
-            raise ConfigError(f"{key} = {value!r}: expected a list")
-        return [_convert(f"{key}[{i}]", item, v) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key} = {value!r}: expected a mapping")
-        return dict(value)
-    if kind is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{key} = {value!r}: expected true or false")
-        return value
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{key} = {value!r}: expected an integer")
-        return value
-    if kind is float:
-        if isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{key} = {value!r}: expected a number")
-        return float(value)
-    if kind is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{key} = {value!r}: expected a string")
-        return value
-    raise ConfigError(f"{key}: unsupported field type {_type_name(kind)}")  # pragma: no cover
-
-
-def _build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    values = {}
-    for key, value in data.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
-            hint = (
-                f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
-            )
-            raise ConfigError(f"unknown key {dotted!r}{hint}")
-        values[key] = _convert(dotted, hints[key], value)
-    instance = cls(**values)
-    try:
-        instance.check()
-    except (ConfigError, MethodConfigError) as error:
-        message = str(error)
-        raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
-    return instance
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`a.b=value` → (["a", "b"], YAML-parsed value)."""
-    if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected dotted.key=value")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not all(parts):
-        raise ConfigError(f"--set {text!r}: empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as error:
-        problem = getattr(error, "problem", None) or str(error)
-        raise ConfigError(
-            f"--set {text!r}: value is not valid YAML ({' '.join(str(problem).split())})"
-        ) from None
-    return parts, value
-
-
 def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    data = _deep_copy(data)
+    data = deep_copy(data)
     for text in overrides:
         parts, value = parse_override(text)
         node = data
@@ -485,7 +406,7 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...
                 raise ConfigError(f"--set {text!r}: {part!r} is not a section")
             node = child
         node[parts[-1]] = value
-    return typing.cast(Config, _build(Config, data))
+    return typing.cast(Config, build(Config, data))
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -500,23 +421,7 @@ def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         except UnicodeDecodeError as error:
             raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
         except yaml.YAMLError as error:
-            raise ConfigError(_yaml_error(path, error)) from None
+            raise ConfigError(yaml_error(path, error)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: the top level must be a mapping")
     return config_from_dict(data, overrides)
-
-
-def _yaml_error(path: Path, error: yaml.YAMLError) -> str:
-    """One line: file:line:column: what the parser objected to."""
-    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
-    problem = getattr(error, "problem", None) or getattr(error, "context", None) or str(error)
-    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-    return f"{where}: not valid YAML ({' '.join(str(problem).split())})"
-
-
-def _deep_copy(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: _deep_copy(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_deep_copy(v) for v in data]
-    return data

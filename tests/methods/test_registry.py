@@ -10,6 +10,7 @@ import pytest
 from llm_replay.cli import main
 from llm_replay.config import ConfigError, load_config
 from llm_replay.methods import METHODS, OPTIONS, describe
+from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
 from tests.conftest import tiny_config
 
@@ -89,3 +90,24 @@ def test_refused_async_methods_fail_at_load_time_naming_the_method() -> None:
     for method in refused:
         with pytest.raises(ConfigError, match=rf"replay\.method = '{method}': runtime=threaded"):
             load_config(None, [f"replay.method={method}", "runtime=threaded"])
+
+
+@pytest.mark.parametrize(("option", "method"), OPTION_RUNS)
+def test_every_option_runs_threaded_logs_its_metrics_and_resumes(
+    option: str, method: str, tmp_path: Path
+) -> None:
+    """With an option on, the method runs in "rounds" mode: the learner applies the option to
+    each round, logs its metrics, and checkpoints its state."""
+    sets = [
+        f"replay.method={method}",
+        f"replay.{option}.enabled=true",
+        "runtime=threaded",
+        "workers.count=1",
+    ]
+    build_trainer(tiny_config(None, tmp_path, *sets, "train.iterations=2")).run()
+    train = [r for r in read_log(tmp_path) if r["kind"] == "train"]
+    assert len(train) == 2
+    assert all(any(key.startswith(f"{option}/") for key in record) for record in train)
+    assert list(tmp_path.glob(f"checkpoint/**/options/{option}"))
+    resumed = build_trainer(tiny_config(None, tmp_path, *sets, "train.iterations=3"))
+    assert resumed.run(resume=True)["iterations"] == 3

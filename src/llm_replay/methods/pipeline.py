@@ -13,6 +13,7 @@ from pathlib import Path
 
 from llm_replay.buffer import Sample
 from llm_replay.methods.base import (
+    AsyncMode,
     MethodConfig,
     MethodContext,
     MethodOption,
@@ -23,6 +24,12 @@ from llm_replay.methods.registry import OPTIONS, method_class
 from llm_replay.rollout import RolloutBatch
 
 OPTIONS_DIR = "options"
+
+
+def async_mode(method: type[ReplayMethod], with_options: bool) -> AsyncMode:
+    """How a method runs asynchronously: its own mode, or "rounds" when an option is on (options
+    transform whole rounds, and their state and versions then live with the learner)."""
+    return "rounds" if with_options else method.async_mode()
 
 
 class ReplayPipeline:
@@ -54,6 +61,9 @@ class ReplayPipeline:
     @property
     def name(self) -> str:
         return self.method.name
+
+    def async_mode(self) -> AsyncMode:
+        return async_mode(type(self.method), bool(self.options))
 
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
         for option in self.options:

@@ -1,7 +1,8 @@
 """What the threaded and Ray runtimes share beyond the work plan: the async table, the learner's
 step, and the accounting of steps and deliveries.
 
-How a method runs asynchronously follows from `ReplayMethod.async_mode()`:
+How a method runs asynchronously follows from `ReplayPipeline.async_mode()` (the method's own
+mode; "rounds" whenever an option such as zero-variance replacement is on):
 
 - "table": the method's own table, rate-limited at its samples-per-insert y (or the on-policy
   queue), is filled by the workers; every learner step samples `train.batch_size` from it.
@@ -57,7 +58,7 @@ def build_async_table(config: Config, pipeline: ReplayPipeline) -> ReplayTable:
         config.train.batch_size,
         config.train.seed,
     )
-    if method.async_mode() == "rounds":
+    if pipeline.async_mode() == "rounds":
         return ReplayTable.queue(
             fresh * max(2, config.workers.count),
             max_insert_batch=fresh,
@@ -139,7 +140,7 @@ class AsyncLearner:
         publish: Callable[[int], None],
     ) -> None:
         self.learner, self.client, self.pipeline, self.publish = learner, client, pipeline, publish
-        self.mode = pipeline.method.async_mode()
+        self.mode = pipeline.async_mode()
         self.batch_size = config.train.batch_size
         self.round_size = config.generation.rollouts_per_step
         self.steps_per_iteration = steps_per_iteration(config)

@@ -128,11 +128,9 @@ class IngestGate:
         self,
         table: ReplayTable,
         plan: WorkPlan | None = None,
-        prepare: Callable[[RolloutBatch], RolloutBatch] | None = None,
     ) -> None:
         self.table = table
         self.plan = plan
-        self.prepare = prepare  # the method's options, when workers fill the method's own table
         self._lock = threading.Lock()
         self.delivered_rollouts = 0
         self._delivered_ids: set[int] = set()
@@ -144,9 +142,6 @@ class IngestGate:
 
         `on_commit` runs under the gate's lock right after the insert (a worker adds the item's
         compute to the run's meter there, so a checkpoint never sees one without the other)."""
-        if self.prepare is not None:
-            with self._lock:
-                batch = self.prepare(batch)
         n = len(batch)
         idle = 0.0
         while True:

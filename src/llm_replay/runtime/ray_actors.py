@@ -40,10 +40,7 @@ class TableActor:
 
     def __init__(self, config: dict[str, Any]) -> None:
         cfg = config_from_dict(config)
-        self.replay = build_replay(cfg)
-        table_mode = self.replay.method.async_mode() == "table"
-        self.prepare = self.replay.prepare if table_mode and self.replay.options else None
-        self.gate = IngestGate(build_async_table(cfg, self.replay), prepare=self.prepare)
+        self.gate = IngestGate(build_async_table(cfg, build_replay(cfg)))
 
     @property
     def table(self) -> ReplayTable:
@@ -73,7 +70,7 @@ class TableActor:
         return ids
 
     def load(self, directory: str) -> None:
-        self.gate = IngestGate(ReplayTable.load(directory), prepare=self.prepare)
+        self.gate = IngestGate(ReplayTable.load(directory))
 
     def close(self) -> None:
         self.table.close()
@@ -178,7 +175,7 @@ class LearnerActor:
     def train_iteration(self) -> tuple[list[dict[str, float]], dict[str, float]]:
         """One iteration's raw steps (with accounting fields) and the method's metrics."""
         steps = self.core.iteration()
-        rounds = self.replay.method.async_mode() == "rounds"
+        rounds = self.replay.async_mode() == "rounds"
         return steps, (self.replay.metrics() if rounds else {})
 
     def evaluate(self, iteration: int) -> dict[str, float]:
@@ -195,7 +192,7 @@ class LearnerActor:
 
     def save_method(self, directory: str) -> bool:
         """The method's own state, in "rounds" mode (in "table" mode the table actor has it)."""
-        if self.replay.method.async_mode() != "rounds":
+        if self.replay.async_mode() != "rounds":
             return False
         Path(directory).mkdir(parents=True, exist_ok=True)
         self.replay.save(Path(directory))
@@ -210,7 +207,7 @@ class LearnerActor:
             rng=self.generator.rng,
         )
         self.learner.version = version
-        if self.replay.method.async_mode() == "rounds":
+        if self.replay.async_mode() == "rounds":
             self.replay.load(Path(directory) / "replay" / "method")
         self._publish(version)
 

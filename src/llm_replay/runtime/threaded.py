@@ -205,9 +205,7 @@ class ThreadedTrainer(RunLoop):
 
     def _set_table(self, table: ReplayTable) -> None:
         self.table = table
-        table_mode = self.replay.method.async_mode() == "table"
-        prepare = self.replay.prepare if table_mode and self.replay.options else None
-        self.gate = IngestGate(table, self.plan, prepare)
+        self.gate = IngestGate(table, self.plan)
         self.core = AsyncLearner(
             self.config, self.learner, LocalTable(table), self.replay, self._publish
         )
@@ -297,7 +295,7 @@ class ThreadedTrainer(RunLoop):
             fresh, self._fresh_metrics = self._fresh_metrics, []
         self.iteration += 1
         record: dict[str, Any] = summarise_steps(fresh, steps)
-        if self.replay.method.async_mode() == "rounds":
+        if self.replay.async_mode() == "rounds":
             record.update(self.replay.metrics())
         record.update(self.async_metrics())
         return record
@@ -339,7 +337,7 @@ class ThreadedTrainer(RunLoop):
                 }
 
         def save_replay(directory: Path) -> dict[str, Any]:
-            if self.replay.method.async_mode() == "rounds":
+            if self.replay.async_mode() == "rounds":
                 (directory / METHOD_DIR).mkdir()
                 self.replay.save(directory / METHOD_DIR)
             saved = self.gate.save(directory / TABLE_DIR, snapshot)
@@ -372,7 +370,7 @@ class ThreadedTrainer(RunLoop):
             raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
         check_state(source, state, ASYNC_STATE)
         self._set_table(ReplayTable.load(source / "replay" / TABLE_DIR))
-        if self.replay.method.async_mode() == "rounds":
+        if self.replay.async_mode() == "rounds":
             self.replay.load(source / "replay" / METHOD_DIR)
         self.plan.load_state(state["work_plan"])
         self.clock.load_state_dict(state["clock"])

@@ -1,0 +1,140 @@
+"""Typed dataclass configs from YAML mappings: conversion, unknown-key hints, dotted overrides.
+
+Generic: nothing here knows the fields of `Config`. A dataclass field is built recursively and
+its `check()` runs, with errors prefixed by the dotted key; a class with a `from_mapping(data,
+prefix)` classmethod (the replay section, whose knobs come from the method registry) builds
+itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from llm_replay.methods import MethodConfigError
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+def field_names(cls: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def _type_name(kind: Any) -> str:
+    return getattr(kind, "__name__", str(kind)).replace("typing.", "")
+
+
+def _convert(key: str, kind: Any, value: Any) -> Any:
+    origin = typing.get_origin(kind)
+    if origin is Literal:
+        if value not in typing.get_args(kind):
+            raise ConfigError(f"{key} = {value!r}: choose one of {list(typing.get_args(kind))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(kind)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(key, inner[0], value)
+    if isinstance(kind, type) and hasattr(kind, "from_mapping"):  # a section that parses itself
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: expected a mapping of {_type_name(kind)} fields")
+        return kind.from_mapping(value, key)
+    if dataclasses.is_dataclass(kind):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: expected a mapping of {_type_name(kind)} fields")
+        return build(kind, value, key)
+    if origin is list:
+        (item,) = typing.get_args(kind)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key} = {value!r}: expected a list")
+        return [_convert(f"{key}[{i}]", item, v) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: expected a mapping")
+        return dict(value)
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} = {value!r}: expected true or false")
+        return value
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key} = {value!r}: expected an integer")
+        return value
+    if kind is float:
+        if isinstance(value, str):  # YAML 1.1 reads `1e-4` (no dot) as a string
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key} = {value!r}: expected a number")
+        return float(value)
+    if kind is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key} = {value!r}: expected a string")
+        return value
+    raise ConfigError(f"{key}: unsupported field type {_type_name(kind)}")  # pragma: no cover
+
+
+def build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in data.items():
+        dotted = f"{prefix}.{key}" if prefix else str(key)
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1)
+            hint = (
+                f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
+            )
+            raise ConfigError(f"unknown key {dotted!r}{hint}")
+        values[key] = _convert(dotted, hints[key], value)
+    instance = cls(**values)
+    try:
+        instance.check()
+    except (ConfigError, MethodConfigError) as error:
+        message = str(error)
+        raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
+    return instance
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b=value` → (["a", "b"], YAML-parsed value)."""
+    if "=" not in text:
+        raise ConfigError(f"--set {text!r}: expected dotted.key=value")
+    key, raw = text.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {text!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or str(error)
+        raise ConfigError(
+            f"--set {text!r}: value is not valid YAML ({' '.join(str(problem).split())})"
+        ) from None
+    return parts, value
+
+
+def yaml_error(path: Path, error: yaml.YAMLError) -> str:
+    """One line: file:line:column: what the parser objected to."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or getattr(error, "context", None) or str(error)
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+    return f"{where}: not valid YAML ({' '.join(str(problem).split())})"
+
+
+def deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [deep_copy(v) for v in data]
+    return data
