@@ -117,6 +117,8 @@ def test_quick_selects_methods_and_seeds(tmp_path: Path) -> None:
         ("methods: {a: 3}\nbudget: 1\neval_every: 1", "methods.a: expected a mapping"),
         ("method: {}", "unknown key"),
         ("methods: {a: {config: x}}\nbudget: 1\neval_every: 1\nseeds: []", "seeds = \\[\\]"),
+        ("methods: {a: {config: x, backend: verl}}\nbudget: 1\neval_every: 1", "backend = 'verl'"),
+        ("methods: {a: {config: x, sett: []}}\nbudget: 1\neval_every: 1", "unknown key.*sett"),
     ],
 )
 def test_bad_experiment_files(tmp_path: Path, text: str, message: str) -> None:
@@ -171,3 +173,32 @@ def test_shipped_experiment_file_validates(
     for method in experiment.methods:
         config = run_config(experiment, method, experiment.seeds[0])
         assert config.train.compute_budget == experiment.budget
+
+
+@pytest.mark.parametrize("quick", [False, True])
+def test_shipped_trl_experiment_file_validates(
+    quick: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llm_replay.compare import run_config
+
+    monkeypatch.chdir(ROOT)
+    experiment = load_experiment("configs/experiment_trl.yaml", quick=quick)
+    assert experiment.baseline == "trl_on_policy" and experiment.budget_basis == "mu_5"
+    backends = {m.name: m.backend for m in experiment.methods}
+    assert backends["trl_on_policy"] == "trl" and backends["native_on_policy"] == "native"
+    for method in experiment.methods:
+        assert run_config(experiment, method, 0).train.compute_budget == experiment.budget
+
+
+def test_trl_backend_refuses_what_it_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from llm_replay.compare import run_config
+
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "methods: {tis: {config: configs/replay_uniform.yaml, backend: trl, "
+        "set: [algorithm.loss=tis]}}\nbudget: 1\neval_every: 1"
+    )
+    experiment = load_experiment(path)
+    with pytest.raises(ConfigError, match=r"methods.tis: algorithm.loss = 'tis'"):
+        run_config(experiment, experiment.methods[0], 0)

@@ -32,3 +32,9 @@ def test_train_async_example_runs() -> None:
     stdout = _run_example("train_async.py", "--iterations", "4")
     assert re.search(r"accuracy \d+\.\d% -> \d+\.\d%", stdout)
     assert "8 gradient steps" in stdout and "generators idle" in stdout
+
+
+def test_trl_replay_example_runs() -> None:
+    stdout = _run_example("trl_replay.py", "--steps", "4")
+    assert re.search(r"reward \d\.\d+ -> \d\.\d+ over 4 steps", stdout)
+    assert "2 generation rounds, 512 rollouts generated, 1024 trained, buffer 512" in stdout

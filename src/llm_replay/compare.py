@@ -24,6 +24,7 @@ from llm_replay.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
 SUMMARY = "summary.json"
+BACKENDS = ("native", "trl")  # trl: through ReplayGRPOTrainer (llm_replay.integrations.trl)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Method:
     name: str
     config: str
     overrides: tuple[str, ...] = ()
+    backend: str = "native"
 
 
 @dataclass(frozen=True)
@@ -97,9 +99,18 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
     for name, spec in (data.get("methods") or {}).items():
         if not isinstance(spec, dict) or "config" not in spec:
             raise ConfigError(
-                f"methods.{name}: expected a mapping with 'config' (and optional 'set')"
+                f"methods.{name}: expected a mapping with 'config' (and optional 'set', 'backend')"
             )
-        methods.append(Method(str(name), str(spec["config"]), tuple(spec.get("set", []))))
+        unknown_spec = set(spec) - {"config", "set", "backend"}
+        if unknown_spec:
+            raise ConfigError(
+                f"methods.{name}: unknown key(s) {sorted(unknown_spec)}; "
+                "expected config, set, backend"
+            )
+        backend = str(spec.get("backend", "native"))
+        if backend not in BACKENDS:
+            raise ConfigError(f"methods.{name}.backend = {backend!r}: choose one of {BACKENDS}")
+        methods.append(Method(str(name), str(spec["config"]), tuple(spec.get("set", [])), backend))
     if not methods:
         raise ConfigError(f"{path}: methods: at least one method")
     for key in ("budget", "eval_every"):
@@ -142,9 +153,24 @@ def run_config(experiment: Experiment, method: Method, seed: int) -> Any:
         "log.tensorboard=false",
     ]
     try:
-        return load_config(method.config, overrides)
+        config = load_config(method.config, overrides)
+        if method.backend == "trl":
+            check_trl(config)
     except ConfigError as error:
         raise ConfigError(f"methods.{method.name}: {error}") from None
+    return config
+
+
+def check_trl(config: Any) -> None:
+    """Refuse, before anything runs, a config that backend 'trl' cannot run as written."""
+    try:
+        from llm_replay.integrations.trl.runner import trl_arguments
+    except ImportError as error:
+        raise ConfigError(f"backend 'trl': {error}") from None
+    try:
+        trl_arguments(config, config.run_dir / "trl")
+    except ValueError as error:  # ConfigError included
+        raise ConfigError(str(error)) from None
 
 
 def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str, Any]:
@@ -159,7 +185,12 @@ def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str
             log.info("%s seed %d: done before, skipped", method.name, seed)
             continue
         console.rule(f"[bold]{index}/{len(configs)}[/] {method.name} · seed {seed}")
-        run_training(config, show_progress=progress)
+        if method.backend == "trl":
+            from llm_replay.integrations.trl.runner import run_trl
+
+            run_trl(config, show_progress=progress)
+        else:
+            run_training(config, show_progress=progress)
     return summarise(experiment)
 
 
@@ -180,7 +211,8 @@ def summarise(experiment: Experiment) -> dict[str, Any]:
         "bases": list(experiment.bases),
         "mu_curve": list(experiment.mu_curve),
         "methods": {
-            m.name: {"config": m.config, "set": list(m.overrides)} for m in experiment.methods
+            m.name: {"config": m.config, "set": list(m.overrides), "backend": m.backend}
+            for m in experiment.methods
         },
         "set": list(experiment.overrides),
     }

@@ -1,0 +1,112 @@
+"""`ReplayGRPOConfig`: TRL's `GRPOConfig` plus the replay method and its knobs.
+
+The method's name and knobs are checked by llm-replay's method registry when the config is built,
+so a wrong knob fails before a model is loaded and the error names the field
+(`replay_knobs.delta = 2: must be in [0, 1]`). Every TRL field keeps its meaning; the replay
+trainer only refuses the few TRL settings that would schedule reuse behind the method's back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from llm_replay.config import ReplayConfig
+from llm_replay.config_parse import ConfigError
+from llm_replay.methods import METHODS
+
+REPLAY_LOSSES = ("trl", "asymre")
+SCALE_TO_ADVANTAGE = {"group": "grpo", "none": "dr_grpo", "batch": "grpo"}
+
+
+@dataclass
+class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
+    replay_method: str = field(
+        default="on_policy",
+        metadata={"help": f"replay method of the llm-replay registry: {sorted(METHODS)}"},
+    )
+    replay_knobs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "the method's knobs, e.g. {'capacity': 1024, 'replay_ratio': 2} "
+            "(a JSON string on the command line); `llm-replay methods` lists them"
+        },
+    )
+    replay_loss: str = field(
+        default="trl",
+        metadata={
+            "help": "'trl': TRL's loss_type, its ratio taken against the stored behaviour "
+            "log-probs; 'asymre': REINFORCE with the baseline shifted by replay_delta_v and no "
+            "ratio (AsymRE; needs scale_rewards='none')"
+        },
+    )
+    replay_delta_v: float = field(
+        default=-0.1, metadata={"help": "AsymRE's baseline shift δV (advantages become A − δV)"}
+    )
+    replay_correct_threshold: float = field(
+        default=1.0,
+        metadata={
+            "help": "a completion whose total reward is at least this counts as correct "
+            "(positive-biased replay and RLEP keep correct ones)"
+        },
+    )
+    replay_sampling_weights: bool = field(
+        default=False,
+        metadata={"help": "scale each drawn row's advantage by its sampler importance weight"},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.replay = self.replay_config()
+        if self.replay_loss not in REPLAY_LOSSES:
+            raise ValueError(f"replay_loss = {self.replay_loss!r}: choose one of {REPLAY_LOSSES}")
+        if self.replay_loss == "asymre" and self.scale_rewards != "none":
+            raise ValueError(
+                f"scale_rewards = {self.scale_rewards!r}: replay_loss 'asymre' needs 'none' "
+                "(A = R − mean R, the Dr. GRPO advantage AsymRE shifts)"
+            )
+        if not math.isfinite(self.replay_delta_v):
+            raise ValueError(f"replay_delta_v = {self.replay_delta_v!r}: must be finite")
+        if not math.isfinite(self.replay_correct_threshold):
+            raise ValueError(
+                f"replay_correct_threshold = {self.replay_correct_threshold!r}: must be finite"
+            )
+        if self.num_iterations != 1:
+            raise ValueError(
+                f"num_iterations = {self.num_iterations}: the replay method schedules reuse; "
+                "set replay_knobs.replay_ratio instead"
+            )
+
+    def replay_config(self) -> ReplayConfig:
+        """The method and its knobs, validated by the registry."""
+        if self.replay_method not in METHODS:
+            raise ValueError(
+                f"replay_method = {self.replay_method!r}: choose one of {sorted(METHODS)}"
+            )
+        knobs = self.replay_knobs
+        if isinstance(knobs, str):
+            try:
+                knobs = json.loads(knobs)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"replay_knobs: not valid JSON ({error})") from None
+        if knobs is None:
+            knobs = {}
+        if not isinstance(knobs, dict):
+            raise ValueError(f"replay_knobs = {knobs!r}: expected a mapping of knob to value")
+        if "method" in knobs:
+            raise ValueError("replay_knobs.method: name the method with replay_method")
+        try:
+            return ReplayConfig.from_mapping(
+                {"method": self.replay_method, **knobs}, "replay_knobs"
+            )
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+
+    @property
+    def advantage_estimator(self) -> str:
+        """The llm-replay name of the advantage TRL computes at generation."""
+        return SCALE_TO_ADVANTAGE.get(str(self.scale_rewards), "grpo")

@@ -1,0 +1,208 @@
+"""Between TRL's tensors and llm-replay's rollouts: one generation round in, one micro-batch out.
+
+TRL hands its trainer a dict of padded tensors per process (prompts left-padded, completions
+right-padded, advantages computed on rewards gathered over every process). Replay needs whole
+groups, so a round is gathered from every process into one `RolloutBatch` that every process
+inserts into its own copy of the table; the tables stay identical because every process sees the
+same rows in the same order and draws with the same seed. A drawn `Sample` goes back to TRL's
+layout, and each process keeps its own rows of it (`process_rows`).
+
+Row order: TRL gives process p the slices of its own generation batch, one per micro-step. The
+gathered round is put in *step-major* order (micro-step, then process), so the on-policy queue,
+drawing a micro-batch of `per_device_train_batch_size × processes` rows at a time, gives each
+process exactly the rows TRL would have given it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from llm_replay.buffer import Sample
+from llm_replay.rollout import RolloutBatch
+
+ROUND_KEYS = (
+    "prompt_ids",
+    "prompt_mask",
+    "completion_ids",
+    "completion_mask",
+    "behaviour",
+    "advantages",
+    "rewards",
+    "group_ids",
+)
+
+
+def behaviour_logprobs(out: Mapping[str, Any]) -> Tensor | None:
+    """The log-probs of the policy that sampled each completion token, from TRL's output.
+
+    With vLLM (`sampling_per_token_logps`) the engine's own log-probs are the behaviour; a token
+    the engine could not score (NaN) takes the trainer's recomputation at generation
+    (`old_per_token_logps`). Without vLLM the trainer's recomputation is the behaviour. None when
+    TRL computed neither (the caller computes them).
+    """
+    old = out.get("old_per_token_logps")
+    sampled = out.get("sampling_per_token_logps")
+    if sampled is None:
+        return old
+    if old is None:
+        return torch.nan_to_num(sampled, nan=0.0)
+    return torch.where(torch.isnan(sampled), old, sampled)
+
+
+def local_round(
+    out: Mapping[str, Any], rewards: Tensor, group_ids: Tensor, behaviour: Tensor
+) -> dict[str, Tensor]:
+    """This process's rows of one round, as the tensors `gather_round` gathers."""
+    for key in ("tool_mask", "pixel_values"):
+        if key in out:
+            raise ValueError(
+                f"{key}: replay of tool-calling or multimodal rollouts is not supported yet"
+            )
+    rows = out["completion_ids"].shape[0]
+    for name, value in (("rewards", rewards), ("group_ids", group_ids)):
+        if value.shape[0] != rows:
+            raise ValueError(f"{name}: {value.shape[0]} rows for {rows} completions")
+    return {
+        "prompt_ids": out["prompt_ids"],
+        "prompt_mask": out["prompt_mask"],
+        "completion_ids": out["completion_ids"],
+        "completion_mask": out["completion_mask"],
+        "behaviour": behaviour.to(torch.float32),
+        "advantages": out["advantages"].reshape(rows).to(torch.float64),
+        "rewards": rewards.to(device=out["advantages"].device, dtype=torch.float64),
+        "group_ids": group_ids.to(device=out["advantages"].device, dtype=torch.int64),
+    }
+
+
+def gather_round(accelerator: Any, local: dict[str, Tensor], pad_id: int) -> dict[str, Tensor]:
+    """Every process's rows, in process order, padded to common widths (tensors only)."""
+    if accelerator.num_processes == 1:
+        return dict(local)
+    padded = {
+        "prompt_ids": accelerator.pad_across_processes(
+            local["prompt_ids"], dim=1, pad_index=pad_id, pad_first=True
+        ),
+        "prompt_mask": accelerator.pad_across_processes(
+            local["prompt_mask"], dim=1, pad_index=0, pad_first=True
+        ),
+        "completion_ids": accelerator.pad_across_processes(
+            local["completion_ids"], dim=1, pad_index=pad_id
+        ),
+        "completion_mask": accelerator.pad_across_processes(
+            local["completion_mask"], dim=1, pad_index=0
+        ),
+        "behaviour": accelerator.pad_across_processes(local["behaviour"], dim=1, pad_index=0),
+    }
+    padded.update({k: local[k] for k in ("advantages", "rewards", "group_ids")})
+    return {k: accelerator.gather(padded[k]) for k in ROUND_KEYS}
+
+
+def step_major(rows: int, processes: int, per_step: int) -> np.ndarray:
+    """The permutation from process-major rows (p, step, i) to step-major (step, p, i)."""
+    if rows % (processes * per_step):
+        raise ValueError(f"{rows} rows do not split into {processes} × micro-batches of {per_step}")
+    steps = rows // (processes * per_step)
+    return np.arange(rows).reshape(processes, steps, per_step).transpose(1, 0, 2).reshape(-1)
+
+
+def to_rollouts(
+    round_: Mapping[str, Tensor],
+    *,
+    policy_version: int,
+    correct_threshold: float,
+    eos_token_ids: Sequence[int],
+    order: np.ndarray | None = None,
+) -> RolloutBatch:
+    """The gathered round as validated rollouts (advantages as TRL computed them)."""
+    data = {k: v.detach().cpu().numpy() for k, v in round_.items()}
+    if order is not None:
+        data = {k: v[order] for k, v in data.items()}
+    prompt_mask = data["prompt_mask"].astype(bool)
+    completion_mask = data["completion_mask"].astype(bool)
+    completions = [row[m] for row, m in zip(data["completion_ids"], completion_mask, strict=True)]
+    rewards = np.nan_to_num(data["rewards"], nan=0.0)
+    eos = set(int(t) for t in eos_token_ids)
+    return RolloutBatch.from_ragged(
+        prompt_ids=[row[m] for row, m in zip(data["prompt_ids"], prompt_mask, strict=True)],
+        completion_ids=completions,
+        behaviour_logprobs=[
+            row[m] for row, m in zip(data["behaviour"], completion_mask, strict=True)
+        ],
+        rewards=rewards,
+        advantages=data["advantages"],
+        group_ids=data["group_ids"],
+        policy_versions=np.full(len(rewards), policy_version, dtype=np.int64),
+        correct=rewards >= correct_threshold,
+        finish_reasons=["stop" if len(c) and int(c[-1]) in eos else "length" for c in completions],
+        allow_empty=True,
+    )
+
+
+def process_rows(sample_rows: int, processes: int, rank: int) -> slice:
+    """The rows of a drawn micro-batch that process `rank` trains on."""
+    if sample_rows % processes:
+        raise ValueError(f"a batch of {sample_rows} rows does not split over {processes} processes")
+    per = sample_rows // processes
+    return slice(rank * per, (rank + 1) * per)
+
+
+def to_trl_inputs(
+    sample: Sample,
+    rows: slice,
+    *,
+    pad_id: int,
+    device: torch.device | str,
+    tokens_scale: float = 1.0,
+    advantages: np.ndarray | None = None,
+    with_behaviour: bool = True,
+) -> dict[str, Tensor]:
+    """Rows `rows` of a drawn sample in the layout `GRPOTrainer._compute_loss` reads.
+
+    `num_items_in_batch` is the completion tokens of the whole drawn batch (every process's rows)
+    times `tokens_scale` (TRL rescales it by gradient_accumulation_steps / steps_per_generation
+    for the DAPO/CISPO normalisers). `advantages` overrides the stored ones (AsymRE's shift,
+    sampling weights); `with_behaviour=False` leaves `old_per_token_logps` out, so TRL takes the
+    ratio against the current policy (exactly 1; REINFORCE-style losses).
+    """
+    ids = sample.input_ids[rows]
+    p = sample.prompt_lengths[rows].astype(np.int64)
+    c = sample.completion_lengths[rows].astype(np.int64)
+    n = len(p)
+    pw, cw = int(p.max(initial=1)), max(int(c.max(initial=0)), 1)
+    at = np.arange(ids.shape[1])
+    r = np.arange(n)[:, None]
+
+    offset = pw - p[:, None]
+    prompt_src = np.arange(pw)[None, :] - offset
+    prompt_mask = prompt_src >= 0
+    prompt = np.full((n, pw), pad_id, dtype=np.int64)
+    prompt[prompt_mask] = ids[r, np.clip(prompt_src, 0, None)][prompt_mask]
+
+    completion_src = p[:, None] + np.arange(cw)[None, :]
+    completion_mask = np.arange(cw)[None, :] < c[:, None]
+    src = np.clip(completion_src, 0, at[-1] if len(at) else 0)
+    completion = np.full((n, cw), pad_id, dtype=np.int64)
+    completion[completion_mask] = ids[r, src][completion_mask]
+    behaviour = np.zeros((n, cw), dtype=np.float32)
+    behaviour[completion_mask] = sample.behaviour_logprobs[rows][r, src][completion_mask]
+
+    adv = sample.advantages[rows] if advantages is None else advantages[rows]
+    if not np.all(np.isfinite(adv)):
+        raise ValueError("advantages: a drawn row has no advantage (NaN)")
+    tokens = int(sample.completion_lengths.sum())
+    out = {
+        "prompt_ids": torch.from_numpy(prompt).to(device),
+        "prompt_mask": torch.from_numpy(prompt_mask.astype(np.int64)).to(device),
+        "completion_ids": torch.from_numpy(completion).to(device),
+        "completion_mask": torch.from_numpy(completion_mask.astype(np.int64)).to(device),
+        "advantages": torch.from_numpy(np.asarray(adv, dtype=np.float32)).to(device),
+        "num_items_in_batch": torch.tensor(round(tokens * tokens_scale), device=device),
+    }
+    if with_behaviour:
+        out["old_per_token_logps"] = torch.from_numpy(behaviour).to(device)
+    return out

@@ -1,0 +1,233 @@
+"""`backend: trl` for `llm-replay compare`: one of our run configs trained by `ReplayGRPOTrainer`.
+
+The run uses the same task, model, held-out split, evaluator, budget basis and evaluation points
+as the native backend, and writes the same `metrics.jsonl` and `summary.json`, so TRL rows sit in
+the same tables and plots as ours. The HF training loop drives itself, so the run loop's
+bookkeeping (`RunLoop`: evaluation records, budget, summary) is called from a `TrainerCallback`
+after every optimizer step instead of after every iteration; an iteration here is a generation
+round. What maps where:
+
+| llm-replay config | TRL |
+|---|---|
+| generation.group_size, prompts_per_step × group_size | num_generations, generation_batch_size |
+| train.batch_size (one gradient step) | per_device_train_batch_size (one process, no accumulation) |
+| generation.max_new_tokens, temperature, top_k, top_p | max_completion_length, temperature, top_k, top_p |
+| algorithm.advantage grpo / dr_grpo | scale_rewards "group" / "none" (TRL divides by std(n−1) + 1e-4) |
+| algorithm.loss grpo (token_mean) / asymre | loss_type "dapo", epsilon(_high) / replay_loss "asymre" |
+| optim.lr, beta1, beta2, weight_decay | learning_rate, adam_beta1/2, weight_decay (constant, adamw_torch) |
+| optim.grad_clip | max_grad_norm |
+| replay.method and knobs | replay_method, replay_knobs |
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import PrinterCallback, TrainerCallback
+
+from llm_replay.config import Config, ConfigError
+from llm_replay.integrations.trl.config import ReplayGRPOConfig
+from llm_replay.integrations.trl.trainer import ReplayGRPOTrainer
+from llm_replay.metrics import ComputeMeter, MetricsLogger
+from llm_replay.runtime.components import Policy
+from llm_replay.runtime.loop import SUMMARY_FILE, RunLoop
+from llm_replay.tasks import build_scorer
+
+LOSSES = {"grpo": "trl", "asymre": "asymre"}
+ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
+
+
+def trl_arguments(config: Config, output_dir: Path) -> ReplayGRPOConfig:
+    """The `ReplayGRPOConfig` equivalent of one of our run configs (module docstring's table)."""
+    a, g, o, t = config.algorithm, config.generation, config.optim, config.train
+    if a.loss not in LOSSES:
+        raise ConfigError(
+            f"algorithm.loss = {a.loss!r}: backend 'trl' runs {sorted(LOSSES)} (TRL's PPO-clip "
+            "loss or AsymRE)"
+        )
+    if a.advantage not in ADVANTAGES:
+        raise ConfigError(
+            f"algorithm.advantage = {a.advantage!r}: backend 'trl' supports {sorted(ADVANTAGES)}"
+        )
+    if a.aggregation != "token_mean":
+        raise ConfigError(
+            f"algorithm.aggregation = {a.aggregation!r}: backend 'trl' runs token_mean (loss_type "
+            "'dapo')"
+        )
+    if g.dynamic_sampling:
+        raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
+    if config.model.device != "cpu":
+        raise ConfigError(f"model.device = {config.model.device!r}: backend 'trl' runs on CPU here")
+    replay = config.replay.to_dict()
+    replay.pop("method")
+    return ReplayGRPOConfig(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=t.batch_size,
+        generation_batch_size=g.rollouts_per_step,
+        num_generations=g.group_size,
+        max_completion_length=g.max_new_tokens,
+        temperature=g.temperature,
+        top_k=g.top_k,
+        top_p=g.top_p,
+        learning_rate=o.lr,
+        adam_beta1=o.beta1,
+        adam_beta2=o.beta2,
+        weight_decay=o.weight_decay,
+        max_grad_norm=o.grad_clip,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        loss_type="dapo",
+        scale_rewards=ADVANTAGES[a.advantage],
+        epsilon=0.2 if a.clip_low is None else a.clip_low,
+        epsilon_high=0.2 if a.clip_high is None else a.clip_high,
+        beta=a.kl_coef,
+        bf16=False,
+        gradient_checkpointing=False,
+        use_cpu=True,
+        seed=t.seed,
+        max_steps=10**9,
+        save_strategy="no",
+        report_to=[],
+        logging_steps=10**9,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        replay_method=config.replay.method,
+        replay_knobs=replay,
+        replay_loss=LOSSES[a.loss],
+        replay_delta_v=a.delta_v,
+        replay_sampling_weights=a.use_sampling_weights,
+    )
+
+
+class TRLRun(RunLoop):
+    """One run config trained by `ReplayGRPOTrainer`, logged like a native run."""
+
+    def __init__(self, config: Config) -> None:
+        from datasets import Dataset
+
+        self._init_loop(config, None)
+        self.policy = Policy.load(config)
+        self.scorer = build_scorer(config, self.policy.task)
+        problems = list(self.policy.task.train)
+        dataset = Dataset.from_dict(
+            {"prompt": [p.prompt for p in problems], "problem": list(range(len(problems)))}
+        )
+
+        def reward(completions: list[str], problem: list[int], **_: Any) -> list[float]:
+            scores = self.scorer.score(completions, [problems[i] for i in problem])
+            return [float(s) for s in np.asarray(scores)]
+
+        args = trl_arguments(config, self.run_dir / "trl")
+        args.replay_correct_threshold = self.policy.task.correct_threshold
+        self.trainer = ReplayGRPOTrainer(
+            model=self.policy.model,
+            reward_funcs=reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=self.policy.tokenizer,
+        )
+        self.trainer.remove_callback(PrinterCallback)  # the run's own lines replace TRL's dicts
+        self.meter: ComputeMeter = self.trainer.meter
+        self.evaluator = self.policy.evaluator(
+            self.policy.generator(config.train.seed), self.scorer
+        )
+
+    @property
+    def steps(self) -> int:
+        return int(self.trainer.state.global_step)
+
+    def evaluate(self) -> dict[str, float]:
+        model = self.trainer.model
+        was_training = model.training
+        model.eval()
+        try:
+            return self.evaluator(self.iteration)
+        finally:
+            model.train(was_training)
+
+    def reward_failures(self) -> dict[str, int]:
+        return dict(vars(self.scorer.counts))
+
+    def extra_summary(self) -> dict[str, Any]:
+        return {"backend": "trl"}
+
+    def close(self) -> None:
+        self.scorer.close()
+
+    def run(self, *, resume: bool = False, on_iteration: Any = None) -> dict[str, Any]:
+        if resume:
+            raise ConfigError("backend 'trl' runs are not resumed by compare; they restart")
+        self._prepare(False)
+        (self.run_dir / "trl_args.json").write_text(self.trainer.args.to_json_string())
+        logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
+        try:
+            self._eval_record(logger)
+            self.trainer.add_callback(_RunLoopCallback(self, logger, on_iteration))
+            self.trainer.train()
+            if (
+                self.evals[-1]["iteration"] != self.iteration
+                or self.evals[-1]["steps"] != self.steps
+            ):
+                self._eval_record(logger)
+            summary = self.summary()
+        finally:
+            logger.close()
+            self.close()
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
+        return summary
+
+
+class _RunLoopCallback(TrainerCallback):
+    """After each optimizer step: a train record, an evaluation when due, the budget check."""
+
+    def __init__(self, run: TRLRun, logger: MetricsLogger, on_iteration: Any) -> None:
+        self.run, self.logger, self.on_iteration = run, logger, on_iteration
+        self.spent_before = 0.0
+        self.last_eval_iteration = 0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.spent_before = self.run._spent()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        run = self.run
+        run.iteration = run.trainer.rounds
+        record: dict[str, Any] = {
+            "kind": "train",
+            "iteration": run.iteration,
+            "steps": run.steps,
+            "reward/mean": run.trainer.last_round_reward,
+            "train/age_mean": run.trainer.last_draw.get("replay/age_mean"),
+            **run.trainer.replay_metrics(),
+            **run.meter.metrics(),
+            "wall_seconds": time.perf_counter() - run.wall_start,
+        }
+        self.logger.log(record)
+        every = run.config.eval.every
+        due = run.iteration != self.last_eval_iteration and run.iteration % every == 0
+        if due or run._done() or run._crossed(self.spent_before):
+            record.update(run._eval_record(self.logger))
+            self.last_eval_iteration = run.iteration
+        if self.on_iteration is not None:
+            self.on_iteration(run, record)
+        if run._done():
+            control.should_training_stop = True
+
+
+def run_trl(config: Config, *, show_progress: bool = True) -> dict[str, Any]:
+    """Train `config` through TRL with a live line per evaluation; returns the summary."""
+    from llm_replay.training import console
+
+    def report(run: TRLRun, record: dict[str, Any]) -> None:
+        if show_progress and "eval/accuracy" in record:
+            console.print(
+                f"  step {run.steps:>5}  round {run.iteration:>4}  "
+                f"acc {100 * record['eval/accuracy']:.1f}%  "
+                f"{record['compute/seconds']:.0f}s compute"
+            )
+
+    return TRLRun(config).run(on_iteration=report)

@@ -1,0 +1,281 @@
+"""`ReplayGRPOTrainer`: TRL's `GRPOTrainer` with any llm-replay method deciding what is trained.
+
+It wraps TRL and copies none of it. Three methods are overridden, each calling `super()`:
+
+- `_calculate_rewards` keeps the rewards TRL gathered (TRL's output carries only advantages, and
+  positive-biased replay, RLEP and zero-variance replacement need rewards);
+- `_generate_and_score_completions` adds the behaviour log-probs when TRL skipped them (TRL only
+  computes `old_per_token_logps` when it expects the weights to move before the rows are trained;
+  a replayed row's ratio must be against the policy that generated it, never 1 by accident);
+- `_prepare_inputs` runs a round through the method: TRL generates and scores (its own code,
+  shuffled as TRL shuffles), the round is gathered whole from every process, the method turns it
+  into micro-batches, and each micro-step trains the next one. TRL's loss reads them unchanged.
+
+Replay ratio in TRL's terms: a micro-batch is `per_device_train_batch_size × processes` rows (B/GA),
+so a round of R = `generation_batch_size` rollouts feeds y·R/B optimizer steps. With the on-policy
+method this is exactly `GRPOTrainer` (tested on losses and weights); prompts that the dataloader
+hands over while a round is still being trained are not used, as in TRL between generations.
+
+AsymRE (`replay_loss="asymre"`) needs no loss of its own: its gradient −(A − δV)∇log π is TRL's
+loss with advantages A − δV and no `old_per_token_logps` (ratio 1 with the gradient of log π).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+from trl import GRPOTrainer
+from trl.trainer.utils import shuffle_sequence_dict
+
+from llm_replay.buffer import Sample
+from llm_replay.integrations.trl.config import ReplayGRPOConfig
+from llm_replay.integrations.trl.rounds import (
+    behaviour_logprobs,
+    gather_round,
+    local_round,
+    process_rows,
+    step_major,
+    to_rollouts,
+    to_trl_inputs,
+)
+from llm_replay.methods import MethodContext, ReplayPipeline
+from llm_replay.metrics import ComputeMeter
+
+STATE_DIR = "llm_replay"
+STATE_FILE = "replay_state.json"
+BUFFER_METRICS = frozenset(
+    {"buffer/size", "buffer/tokens", "buffer/stored_age_mean", "buffer/stored_reuse_mean"}
+)
+
+
+class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+    """`trl.GRPOTrainer` whose trained batches come from an llm-replay method (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, ReplayGRPOConfig):
+            raise TypeError(f"args: expected ReplayGRPOConfig, got {type(self.args).__name__}")
+        if self.tools:
+            raise ValueError("tools: replay of tool-calling rollouts is not supported yet")
+        a = self.args
+        self.micro_rows = a.per_device_train_batch_size * self.accelerator.num_processes
+        context = MethodContext(
+            batch_size=self.micro_rows,
+            rollouts_per_step=a.generation_batch_size,
+            group_size=self.num_generations,
+            seed=a.seed,
+            advantage=a.advantage_estimator,
+        )
+        self.pipeline = ReplayPipeline.build(
+            a.replay.method, a.replay.settings, context, a.replay.options
+        )
+        self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
+        self.pipeline.method.mu_source = lambda: self.meter.mu
+        self.last_round_reward = float("nan")
+        self.rounds = 0
+        self._round: Iterator[Sample] | None = None
+        self._rewards: torch.Tensor | None = None
+        self._generation_seconds = 0.0
+        self.last_draw: dict[str, float] = {}
+        self.add_callback(_StepTimer(self))
+
+    # ------------------------------------------------------------------ TRL hooks (each calls super)
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, ids: Any) -> Any:
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, ids)
+        weights = self.reward_weights.to(rewards_per_func.device)
+        total = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        total[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        self._rewards = total
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: Any) -> dict[str, Any]:
+        out: dict[str, Any] = super()._generate_and_score_completions(inputs)
+        if self.model.training and behaviour_logprobs(out) is None and self._needs_behaviour:
+            ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+            mask = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+            with torch.no_grad():
+                out["old_per_token_logps"], _, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    ids,
+                    mask,
+                    out["completion_ids"].size(1),
+                    batch_size=self.args.per_device_train_batch_size,
+                )
+        return out
+
+    def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
+        if not self.model.training:
+            return super()._prepare_inputs(generation_batch)  # type: ignore[no-any-return]
+        while True:
+            if self._round is not None:
+                self.pipeline.set_policy_version(self.state.global_step)
+                sample = next(self._round, None)
+                if sample is not None:
+                    return self._micro_batch(sample)
+            self._round = self.pipeline.batches(self._fresh_round(generation_batch))
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        if not self.args.should_save:
+            return
+        folder = f"checkpoint-{self.state.global_step}"
+        target = Path(self._get_output_dir(trial=trial)) / folder / STATE_DIR
+        staging = target.with_name(STATE_DIR + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        self.pipeline.save(staging)
+        state = {"rounds": self.rounds, "meter": self.meter.state_dict()}
+        (staging / STATE_FILE).write_text(json.dumps(state))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        directory = Path(checkpoint) / STATE_DIR
+        if not (directory / STATE_FILE).is_file():
+            raise FileNotFoundError(
+                f"{directory}: no llm-replay state in this checkpoint (was it written by "
+                "ReplayGRPOTrainer?)"
+            )
+        self.pipeline.load(directory)
+        state = json.loads((directory / STATE_FILE).read_text())
+        self.rounds = int(state["rounds"])
+        self.meter.load_state_dict(state["meter"])
+        self._round = None
+
+    # ------------------------------------------------------------------ rounds and micro-batches
+    @property
+    def _needs_behaviour(self) -> bool:
+        """False where nothing reads them: AsymRE, and the on-policy queue with no option on,
+        where every row is trained once before the weights move (TRL's own shortcut)."""
+        if self.args.replay_loss == "asymre":  # no ratio: the behaviour is never read
+            return False
+        return not (self.pipeline.method.consumes_rollouts and not self.pipeline.options)
+
+    def _fresh_round(self, generation_batch: Any) -> Any:
+        start = time.perf_counter()
+        out = self._generate_and_score_completions(generation_batch)
+        if self._rewards is None:
+            raise RuntimeError("TRL returned completions without calling _calculate_rewards")
+        rows = out["completion_ids"].shape[0]
+        rank, processes = self.accelerator.process_index, self.accelerator.num_processes
+        first = self.rounds * self.args.generation_batch_size + rank * rows
+        out["replay_rewards"] = self._rewards[rank * rows : (rank + 1) * rows]
+        out["replay_groups"] = (
+            torch.arange(first, first + rows, device=out["completion_ids"].device)
+            // self.num_generations
+        )
+        out = shuffle_sequence_dict(out)  # TRL shuffles each generation batch before splitting
+        behaviour = behaviour_logprobs(out)
+        if behaviour is None:  # never read (see _needs_behaviour)
+            behaviour = torch.zeros_like(out["completion_ids"], dtype=torch.float32)
+        local = local_round(out, out["replay_rewards"], out["replay_groups"], behaviour)
+        gathered = gather_round(self.accelerator, local, self._tokenizer.pad_token_id)
+        total = gathered["completion_ids"].shape[0]
+        fresh = to_rollouts(
+            gathered,
+            policy_version=self.state.global_step,
+            correct_threshold=self.args.replay_correct_threshold,
+            eos_token_ids=self.eos_token_ids,
+            order=step_major(total, processes, self.args.per_device_train_batch_size),
+        )
+        self.rounds += 1
+        self.last_round_reward = float(fresh.rewards.mean())
+        seconds = time.perf_counter() - start
+        self._generation_seconds += seconds
+        self.meter.add_seconds("generation", seconds)
+        self.meter.add(
+            prompts_generated=total // self.num_generations,
+            rollouts_generated=total,
+            tokens_generated=int(fresh.completion_lengths.sum()),
+            prompt_tokens=int(fresh.prompt_lengths.sum()),
+            reward_calls=total,
+        )
+        return fresh
+
+    def _micro_batch(self, sample: Sample) -> dict[str, Any]:
+        a = self.args
+        advantages = sample.advantages.astype(np.float64)
+        if a.replay_sampling_weights:
+            advantages = advantages * sample.importance_weights
+        asymre = a.replay_loss == "asymre"
+        if asymre:
+            advantages = advantages - a.replay_delta_v
+        rows = process_rows(
+            len(sample), self.accelerator.num_processes, self.accelerator.process_index
+        )
+        inputs = to_trl_inputs(
+            sample,
+            rows,
+            pad_id=self._tokenizer.pad_token_id,
+            device=self.accelerator.device,
+            tokens_scale=a.steps_per_generation,
+            advantages=advantages,
+            with_behaviour=self._needs_behaviour and not asymre,
+        )
+        completion = int(sample.completion_lengths.sum())
+        self.meter.add(
+            rollouts_trained=len(sample),
+            tokens_trained=completion + int(sample.prompt_lengths.sum()),
+            completion_tokens_trained=completion,
+            gradient_steps=0,
+        )
+        self.last_draw = {
+            "replay/age_mean": float(sample.ages.mean()),
+            "replay/age_max": float(sample.ages.max()),
+            "replay/reuse_mean": float(sample.times_sampled.mean()),
+            "replay/fresh_fraction": float((sample.ages == 0).mean()),
+        }
+        for key, value in self.last_draw.items():
+            self._metrics["train"][key].append(value)
+        return inputs
+
+    def replay_metrics(self) -> dict[str, float]:
+        """The method's metrics (buffer size, …) and the compute counts, for TRL's logs."""
+        out = {
+            f"replay/{k}": float(v)
+            for k, v in self.pipeline.metrics().items()
+            if not k.startswith("buffer/") or k in BUFFER_METRICS
+        }
+        c = self.meter.counts
+        out["replay/rounds"] = float(self.rounds)
+        out["replay/tokens_generated"] = float(c["tokens_generated"])
+        out["replay/tokens_trained"] = float(c["completion_tokens_trained"])
+        out["replay/rollouts_generated"] = float(c["rollouts_generated"])
+        out["replay/rollouts_trained"] = float(c["rollouts_trained"])
+        if self.meter.mu is not None:
+            out["replay/mu"] = self.meter.mu
+        return out
+
+
+class _StepTimer(TrainerCallback):
+    """Charges each optimizer step's wall time, less the generation inside it, to training, and
+    adds the method's metrics to TRL's logged metrics on every step."""
+
+    def __init__(self, trainer: ReplayGRPOTrainer) -> None:
+        self.trainer = trainer
+        self.started = 0.0
+        self.generation_before = 0.0
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.started = time.perf_counter()
+        self.generation_before = self.trainer._generation_seconds
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        t = self.trainer
+        generation = t._generation_seconds - self.generation_before
+        t.meter.add_seconds("training", max(0.0, time.perf_counter() - self.started - generation))
+        t.meter.add(gradient_steps=1)
+        for key, value in t.replay_metrics().items():
+            t._metrics["train"][key] = [value]  # a running total: log the latest, not a mean

@@ -1,0 +1,308 @@
+"""ReplayGRPOTrainer: wraps TRL (equivalence with GRPOTrainer), replays what it should, resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from llm_replay.integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+from llm_replay.integrations.trl.trainer import STATE_DIR
+from llm_replay.models import load_policy
+
+PROMPTS = [f"{a}+{b}=" for a in range(10) for b in range(10)]
+DATASET = Dataset.from_dict({"prompt": PROMPTS, "answer": [str(eval(p[:-1])) for p in PROMPTS]})
+
+
+def starts_right(completions: list[str], answer: list[str], **_: Any) -> list[float]:
+    """Reward 1 when the completion starts with the answer's first digit (often enough to learn)."""
+    return [float(c.strip()[:1] == a[:1]) for c, a in zip(completions, answer, strict=True)]
+
+
+def settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "output_dir": str(tmp_path / "out"),
+        "per_device_train_batch_size": 16,
+        "num_generations": 8,
+        "max_completion_length": 8,
+        "max_steps": 3,
+        "learning_rate": 1e-4,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "lr_scheduler_type": "constant",
+        "optim": "adamw_torch",
+        "loss_type": "dapo",
+        "beta": 0.0,
+        "epsilon": 0.2,
+        "epsilon_high": 0.2,
+        "temperature": 0.9,
+        "seed": 0,
+        "logging_steps": 1,
+        "report_to": [],
+        "save_strategy": "no",
+        "use_cpu": True,
+        "disable_tqdm": True,
+    }
+    base.update(extra)
+    return base
+
+
+def build(cls: type, config: Any, trainer_cls: type = ReplayGRPOTrainer) -> Any:
+    model, tokenizer = load_policy("builtin:tiny-chain-sum", device="cpu", dtype="float32")
+    return trainer_cls(
+        model=model,
+        reward_funcs=starts_right,
+        args=config,
+        train_dataset=DATASET,
+        processing_class=tokenizer,
+    )
+
+
+def trained(trainer: Any) -> tuple[list[float], dict[str, torch.Tensor]]:
+    trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return losses, {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+# ---------------------------------------------------------------------- wrap, never alter
+@pytest.mark.parametrize(
+    ("loss_type", "accumulation"),
+    [("dapo", 1), ("bnpo", 2)],
+    ids=["dapo-one-step-per-generation", "bnpo-two-micro-steps"],
+)
+def test_on_policy_reproduces_grpo_trainer(tmp_path: Path, loss_type: str, accumulation: int):
+    """Same seed and config: the same losses and the same weights after 3 steps (CPU, fp32).
+    Tolerance 1e-6 absolute on weights and 1e-6 relative on losses; observed difference 0."""
+    extra = {"loss_type": loss_type, "gradient_accumulation_steps": accumulation}
+    if accumulation > 1:
+        extra["per_device_train_batch_size"] = 8
+    plain_losses, plain_weights = trained(
+        build(GRPOTrainer, GRPOConfig(**settings(tmp_path, **extra)), GRPOTrainer)
+    )
+    ours = build(ReplayGRPOTrainer, ReplayGRPOConfig(**settings(tmp_path, **extra)))
+    our_losses, our_weights = trained(ours)
+    assert len(our_losses) == len(plain_losses) == 3
+    np.testing.assert_allclose(our_losses, plain_losses, rtol=1e-6, atol=1e-9)
+    for name, value in plain_weights.items():
+        torch.testing.assert_close(our_weights[name], value, rtol=0, atol=1e-6)
+    assert ours.meter.counts["rollouts_trained"] == ours.meter.counts["rollouts_generated"]
+    moved = max((plain_weights[k] - build_weights()[k]).abs().max().item() for k in plain_weights)
+    assert moved > 1e-5  # the comparison is not between two untrained models
+
+
+def build_weights() -> dict[str, torch.Tensor]:
+    model, _ = load_policy("builtin:tiny-chain-sum", device="cpu", dtype="float32")
+    return dict(model.state_dict())
+
+
+def test_overrides_wrap_trl_and_copy_nothing() -> None:
+    """Every TRL method we override calls super() and is a few lines, not a copy of TRL's."""
+    overridden = [
+        name
+        for name, member in vars(ReplayGRPOTrainer).items()
+        if callable(member) and hasattr(GRPOTrainer, name) and not name.startswith("__")
+    ]
+    assert set(overridden) >= {
+        "_prepare_inputs",
+        "_generate_and_score_completions",
+        "_calculate_rewards",
+    }
+    assert "_compute_loss" not in overridden and "compute_loss" not in overridden
+    for name in overridden:
+        ours = inspect.getsource(getattr(ReplayGRPOTrainer, name))
+        theirs = inspect.getsource(getattr(GRPOTrainer, name))
+        assert f"super().{name}(" in ours, name
+        assert len(ours.splitlines()) <= 25, name
+        assert len(ours.splitlines()) < len(theirs.splitlines()) or len(theirs.splitlines()) < 25
+
+
+# ---------------------------------------------------------------------- replay does what it says
+class RatioProbe(ReplayGRPOTrainer):
+    """Records, per trained micro-batch, the largest |log π_θ − log π_behaviour| and the ages."""
+
+    probes: list[tuple[float, float]]
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                model, ids, mask, inputs["completion_ids"].size(1)
+            )
+        gap = ((logps - inputs["old_per_token_logps"]).abs() * inputs["completion_mask"]).max()
+        self.probes = [*getattr(self, "probes", []), (float(gap), self.last_draw["replay/age_max"])]
+        return super()._compute_loss(model, inputs)
+
+
+def test_replayed_rows_are_corrected_against_the_policy_that_generated_them(tmp_path: Path):
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=6),
+        replay_method="uniform",
+        replay_knobs={"capacity": 64, "replay_ratio": 2},
+    )
+    trainer = build(ReplayGRPOTrainer, config, RatioProbe)
+    trainer.train()
+    fresh = [gap for gap, age in trainer.probes if age == 0]
+    stale = [gap for gap, age in trainer.probes if age > 0]
+    assert fresh and stale
+    assert max(fresh) < 1e-4  # fresh rows: the stored behaviour is the current policy
+    assert max(stale) > 1e-3  # replayed rows: their own behaviour, not the current policy
+    assert trainer.rounds == 3 and trainer.state.global_step == 6  # y·R/B = 2 steps per round
+
+
+def test_groups_are_stored_whole_with_their_generation_advantages(tmp_path: Path):
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=4),
+        replay_method="uniform",
+        replay_knobs={"capacity": 64, "replay_ratio": 2},
+    )
+    trainer = build(ReplayGRPOTrainer, config)
+    trainer.train()
+    table = trainer.pipeline.method.table
+    sample, found = table.get(np.arange(table.size * 4))
+    groups, counts = np.unique(sample.group_ids[: int(found.sum())], return_counts=True)
+    assert len(groups) == 4 and np.all(counts == 8)
+    for group in groups:
+        members = sample.group_ids == group
+        assert abs(sample.advantages[members].sum()) < 1e-4  # (R − mean) / std sums to 0
+
+
+def test_asymre_trains_on_shifted_advantages_without_a_ratio(tmp_path: Path):
+    seen: list[dict[str, Any]] = []
+
+    class Spy(ReplayGRPOTrainer):
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+            seen.append(inputs)
+            return super()._compute_loss(model, inputs)
+
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=2, scale_rewards="none"),
+        replay_method="positive",
+        replay_knobs={"capacity": 64, "replay_ratio": 2},
+        replay_loss="asymre",
+        replay_delta_v=-0.1,
+    )
+    trainer = build(ReplayGRPOTrainer, config, Spy)
+    trainer.train()
+    assert seen and all("old_per_token_logps" not in inputs for inputs in seen)
+    # Dr. GRPO advantages of 8 binary rewards are multiples of 1/8; AsymRE adds 0.1 to each
+    shifted = torch.cat([inputs["advantages"] for inputs in seen]).numpy() - 0.1
+    np.testing.assert_allclose(shifted * 8, np.round(shifted * 8), atol=1e-5)
+
+
+def test_replay_metrics_reach_trl_logs(tmp_path: Path):
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=4),
+        replay_method="uniform",
+        replay_knobs={"capacity": 64, "replay_ratio": 2, "zero_variance": {"enabled": False}},
+    )
+    trainer = build(ReplayGRPOTrainer, config)
+    trainer.train()
+    logged = trainer.state.log_history[-2]
+    for key in (
+        "replay/buffer/size",
+        "replay/age_mean",
+        "replay/age_max",
+        "replay/reuse_mean",
+        "replay/tokens_generated",
+        "replay/tokens_trained",
+        "replay/mu",
+    ):
+        assert key in logged, key
+    assert logged["replay/buffer/size"] == 32
+    assert logged["replay/rollouts_trained"] == 2 * logged["replay/rollouts_generated"]
+
+
+def test_zero_variance_slots_are_logged(tmp_path: Path):
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=4),
+        replay_knobs={"zero_variance": {"enabled": True}},
+    )
+    trainer = build(ReplayGRPOTrainer, config)
+    trainer.train()
+    assert "replay/zero_variance/slots_filled" in trainer.state.log_history[-2]
+
+
+# ---------------------------------------------------------------------- checkpoints
+def table_digest(trainer: Any) -> str:
+    _meta, arrays = trainer.pipeline.method.table.state()
+    h = hashlib.sha256()
+    for key in sorted(arrays):
+        h.update(np.ascontiguousarray(arrays[key]).tobytes())
+    return h.hexdigest()
+
+
+def test_resume_from_checkpoint_continues_exactly(tmp_path: Path):
+    knobs = {"replay_method": "uniform", "replay_knobs": {"capacity": 64, "replay_ratio": 2}}
+    save = {"save_strategy": "steps", "save_steps": 2}
+    whole = build(
+        ReplayGRPOTrainer,
+        ReplayGRPOConfig(**settings(tmp_path / "whole", max_steps=6, **save), **knobs),
+    )
+    _, whole_weights = trained(whole)
+    first = build(
+        ReplayGRPOTrainer,
+        ReplayGRPOConfig(**settings(tmp_path / "parts", max_steps=4, **save), **knobs),
+    )
+    first.train()
+    state = tmp_path / "parts" / "out" / "checkpoint-4" / STATE_DIR
+    assert (state / "replay_state.json").is_file()
+    assert not [p for p in state.rglob("*") if p.suffix in (".pkl", ".pt", ".pth", ".pickle")]
+    resumed = build(
+        ReplayGRPOTrainer,
+        ReplayGRPOConfig(**settings(tmp_path / "parts", max_steps=6, **save), **knobs),
+    )
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.rounds == whole.rounds == 3
+    assert table_digest(resumed) == table_digest(whole)
+    assert resumed.meter.counts["rollouts_trained"] == whole.meter.counts["rollouts_trained"]
+    for name, value in whole_weights.items():
+        torch.testing.assert_close(resumed.model.state_dict()[name], value, rtol=0, atol=1e-6)
+
+
+def test_resume_refuses_a_checkpoint_without_replay_state(tmp_path: Path):
+    plain = build(
+        GRPOTrainer,
+        GRPOConfig(**settings(tmp_path, max_steps=2, save_strategy="steps", save_steps=2)),
+        GRPOTrainer,
+    )
+    plain.train()
+    ours = build(ReplayGRPOTrainer, ReplayGRPOConfig(**settings(tmp_path, max_steps=4)))
+    with pytest.raises(FileNotFoundError, match="no llm-replay state"):
+        ours.train(resume_from_checkpoint=True)
+
+
+# ---------------------------------------------------------------------- config errors
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"replay_method": "nope"}, "replay_method = 'nope': choose one of"),
+        ({"replay_method": "positive", "replay_knobs": {"delta": 2}}, "delta"),
+        ({"replay_method": "uniform", "replay_knobs": {"delta": 0.5}}, "replay_knobs.delta"),
+        ({"replay_knobs": "{not json"}, "replay_knobs: not valid JSON"),
+        ({"replay_knobs": {"method": "uniform"}}, "replay_knobs.method"),
+        ({"replay_loss": "ppo"}, "replay_loss = 'ppo'"),
+        ({"replay_loss": "asymre"}, "scale_rewards = 'group'"),
+        ({"num_iterations": 2}, "num_iterations = 2"),
+        ({"replay_correct_threshold": float("nan")}, "replay_correct_threshold"),
+    ],
+)
+def test_bad_replay_fields_are_named(tmp_path: Path, fields: dict[str, Any], message: str):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("{", r"\{")):
+        ReplayGRPOConfig(**settings(tmp_path), **fields)
+
+
+def test_knobs_from_the_command_line_are_json(tmp_path: Path):
+    config = ReplayGRPOConfig(
+        **settings(tmp_path), replay_method="uniform", replay_knobs='{"capacity": 96}'
+    )
+    assert config.replay.settings.capacity == 96  # type: ignore[attr-defined]
+    assert json.loads(config.to_json_string())["replay_method"] == "uniform"
