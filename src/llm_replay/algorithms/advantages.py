@@ -8,6 +8,12 @@ when a rollout is generated, not when it is reused"), so they live with the roll
 | `grpo` | (R_i - mean R) / (std R + eps) | DeepSeekMath (GRPO) |
 | `dr_grpo` | R_i - mean R | Dr. GRPO |
 | `rloo` | R_i - mean of the other rewards | RLOO |
+
+`grpo` divides by the population standard deviation of the group (n in the denominator) plus
+1e-6, the standardisation the GRPO paper writes. TRL divides by the sample one (n − 1) plus 1e-4,
+so with 8 completions its advantages are 0.935× ours; under Adam a constant scale only changes the
+ε term. We keep ours, and rows trained through the TRL integration keep the advantages TRL
+computed at generation.
 """
 
 from __future__ import annotations
