@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import json
@@ -12,10 +13,12 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from tests.conftest import TINY_KNOBS
 from trl import GRPOConfig, GRPOTrainer
 
 from llm_replay.integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
 from llm_replay.integrations.trl.trainer import STATE_DIR
+from llm_replay.methods import METHODS
 from llm_replay.models import load_policy
 
 PROMPTS = [f"{a}+{b}=" for a in range(10) for b in range(10)]
@@ -122,6 +125,20 @@ def test_overrides_wrap_trl_and_copy_nothing() -> None:
         assert f"super().{name}(" in ours, name
         assert len(ours.splitlines()) <= 25, name
         assert len(ours.splitlines()) < len(theirs.splitlines()) or len(theirs.splitlines()) < 25
+
+
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_every_registered_method_trains_inside_trl(tmp_path: Path, method: str):
+    own = {f.name for f in dataclasses.fields(METHODS[method].Config)}
+    knobs = {k: v for k, v in {**TINY_KNOBS, "phase1_iterations": 0}.items() if k in own}
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=3), replay_method=method, replay_knobs=knobs
+    )
+    trainer = build(ReplayGRPOTrainer, config)
+    trainer.train()
+    assert trainer.state.global_step == 3
+    assert trainer.meter.counts["rollouts_trained"] >= 3 * 8
+    assert any(k.startswith("replay/") for k in trainer.state.log_history[-2])
 
 
 # ---------------------------------------------------------------------- replay does what it says
@@ -298,6 +315,14 @@ def test_resume_refuses_a_checkpoint_without_replay_state(tmp_path: Path):
 def test_bad_replay_fields_are_named(tmp_path: Path, fields: dict[str, Any], message: str):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("{", r"\{")):
         ReplayGRPOConfig(**settings(tmp_path), **fields)
+
+
+def test_methods_that_restart_from_the_base_model_are_refused(tmp_path: Path):
+    config = ReplayGRPOConfig(
+        **settings(tmp_path), replay_method="rlep", replay_knobs={"phase1_iterations": 2}
+    )
+    with pytest.raises(ValueError, match="restarts from the base model"):
+        build(ReplayGRPOTrainer, config)
 
 
 def test_knobs_from_the_command_line_are_json(tmp_path: Path):

@@ -78,6 +78,12 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self.pipeline = ReplayPipeline.build(
             a.replay.method, a.replay.settings, context, a.replay.options
         )
+        if self.pipeline.method.restarts:
+            raise ValueError(
+                f"replay_method = {a.replay_method!r}: this method restarts from the base model "
+                "between phases, which ReplayGRPOTrainer does not do; collect its pool in a native "
+                "run and pass replay_knobs.pool_path (phase I is then skipped)"
+            )
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
         self.pipeline.method.mu_source = lambda: self.meter.mu
         self.last_round_reward = float("nan")
