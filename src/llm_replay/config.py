@@ -144,7 +144,16 @@ class GenerationConfig:
 class AlgorithmConfig:
     advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
     loss: Literal[
-        "reinforce", "grpo", "dapo", "decoupled_ppo", "tis", "icepop", "cispo", "gspo", "asymre"
+        "reinforce",
+        "grpo",
+        "dapo",
+        "decoupled_ppo",
+        "tis",
+        "icepop",
+        "cispo",
+        "gspo",
+        "asymre",
+        "m2po",
     ] = "grpo"
     aggregation: Literal["token_mean", "sequence_mean", "token_sum_norm"] = "token_mean"
     clip_low: float | None = None
@@ -154,6 +163,7 @@ class AlgorithmConfig:
     level: Literal["token", "sequence"] = "token"
     decoupled_cap: float | None = None
     delta_v: float = -0.1
+    m2_threshold: float = 0.04
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     use_sampling_weights: bool = False
@@ -164,6 +174,7 @@ class AlgorithmConfig:
                 f"advantage = {self.advantage!r}: loss 'asymre' needs 'dr_grpo' (R − V̂ baselines)"
             )
         _positive("tis_cap", self.tis_cap)
+        _positive("m2_threshold", self.m2_threshold, zero_ok=True)
         if self.icepop_beta <= 1:
             raise ConfigError(f"icepop_beta = {self.icepop_beta!r}: must be > 1")
         _positive("kl_coef", self.kl_coef, zero_ok=True)

@@ -153,3 +153,33 @@ def test_metrics_report_ratio_and_clip_fraction() -> None:
     assert metrics["loss/ratio"] == pytest.approx((1.5 + 1.0 + 0.5) / 3, rel=1e-5, abs=1e-6)
     assert metrics["loss/ratio_max"] == pytest.approx(1.5, rel=1e-5, abs=1e-6)
     assert metrics["loss/clip_fraction"] == pytest.approx(2 / 3)
+
+
+def test_m2po_masks_the_largest_second_moments_until_the_rest_is_within_tau() -> None:
+    """log r = [0.5, 0.1, -0.1, 0]: mean (log r)² = 0.0675 > 0.04, so the 0.5 token is masked and
+    the rest has mean 0.02 / 3 ≤ 0.04; loss = −Σ_kept r·A / 4 tokens."""
+    log_ratio = torch.tensor([[0.5, 0.1, -0.1, 0.0]])
+    behaviour = torch.zeros(1, 4)
+    logprobs = (behaviour + log_ratio).requires_grad_(True)
+    mask = torch.ones(1, 4)
+    loss, metrics = policy_loss("m2po", logprobs, behaviour, torch.tensor([2.0]), mask)
+    kept = math.exp(0.1) + math.exp(-0.1) + 1.0
+    assert float(loss.detach()) == pytest.approx(-2.0 * kept / 4, rel=1e-6)
+    assert metrics["loss/masked_fraction"] == pytest.approx(0.25)
+    loss.backward()
+    assert logprobs.grad is not None
+    assert logprobs.grad[0, 0] == 0.0  # the masked outlier gets no gradient
+    expected = -2.0 * torch.exp(log_ratio[0, 1:]) / 4  # d(r·A)/d log π = r·A
+    torch.testing.assert_close(logprobs.grad[0, 1:], expected)
+
+
+def test_m2po_keeps_everything_within_tau_and_masks_nothing_outside_the_mask() -> None:
+    from llm_replay.algorithms.losses import second_moment_mask
+
+    log_ratio = torch.tensor([[0.1, -0.1, 3.0], [0.05, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])  # the 3.0 is padding
+    assert second_moment_mask(log_ratio, mask, 0.04).tolist() == [[1, 1, 0], [1, 0, 0]]
+    everything_big = torch.tensor([[1.0, -1.0]])
+    assert second_moment_mask(everything_big, torch.ones(1, 2), 0.04).tolist() == [[0, 0]]
+    with pytest.raises(ValueError, match="m2_threshold"):
+        LossParams(m2_threshold=-1.0)

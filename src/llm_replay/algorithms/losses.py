@@ -16,6 +16,12 @@ A_i the rollout's advantage (computed at generation, never recomputed on reuse);
 | `cispo`         | sg(clip(r, 1−ε_low, 1+ε_high))·A·log π_θ, ε = 1/0.28 | MiniMax-M1 2025               |
 | `gspo`          | min(s·A, clip(s)·A), s = (π_θ(y)/π_behav(y))^(1/|y|), ε = 3e-4/4e-4 | Zheng et al. 2025 (GSPO) |
 | `asymre`        | (A − δV)·log π_θ, δV = −0.1; expects A = R − V̂ (dr_grpo) | Arnal et al. 2025 (AsymRE) |
+| `m2po`          | M·r·A, no clip; M masks the top (log r)² tokens (below)  | Zheng et al. 2025 (M2PO)      |
+
+`m2po` replaces the clip with a trust region on the second moment of the importance weights
+(arXiv 2510.01161): tokens are masked, largest (log r)² first, until the mean (log r)² of the
+tokens left is at most `m2_threshold`, so only extreme outliers lose their gradient. The mask is
+computed over the tokens of one loss call (a micro-batch when the learner splits a batch).
 
 `tis` and `icepop` take `level="sequence"`: the ratio is then the length-normalised sequence ratio
 exp(mean_t log r) (GSPO's definition, so bands and caps mean the same at any length), shared by
@@ -50,6 +56,7 @@ class LossParams:
     level: str = "token"
     decoupled_cap: float | None = None
     delta_v: float = -0.1
+    m2_threshold: float = 0.04
 
     def __post_init__(self) -> None:
         for name in ("clip_low", "clip_high", "decoupled_cap"):
@@ -58,6 +65,8 @@ class LossParams:
                 raise ValueError(f"{name} = {value!r}: must be finite and >= 0")
         if not self.tis_cap > 0:
             raise ValueError(f"tis_cap = {self.tis_cap!r}: must be > 0")
+        if not (math.isfinite(self.m2_threshold) and self.m2_threshold >= 0):
+            raise ValueError(f"m2_threshold = {self.m2_threshold!r}: must be finite and >= 0")
         if not self.icepop_beta > 1:
             raise ValueError(f"icepop_beta = {self.icepop_beta!r}: must be > 1")
         if self.level not in ("token", "sequence"):
@@ -177,6 +186,33 @@ def asymre(x: LossInputs, p: LossParams) -> tuple[Tensor, dict[str, Tensor]]:
     return -(x.advantages[:, None] - p.delta_v) * x.logprobs, {}
 
 
+def second_moment_mask(log_ratio: Tensor, mask: Tensor, threshold: float) -> Tensor:
+    """1 for the tokens M2PO keeps: drop the largest (log r)² first until the mean of the rest is
+    at most `threshold` (a mean over fewer tokens after each drop; ties dropped in index order)."""
+    squared = (log_ratio.detach() ** 2)[mask > 0]
+    keep = torch.zeros_like(mask)
+    if squared.numel() == 0:
+        return keep
+    ordered, order = torch.sort(squared, descending=True, stable=True)
+    suffix = ordered.flip(0).cumsum(0).flip(0)  # sum of ordered[k:]
+    suffix_mean = suffix / torch.arange(len(ordered), 0, -1, device=suffix.device)
+    within = suffix_mean <= threshold
+    dropped = int(within.to(torch.int64).argmax()) if bool(within.any()) else len(ordered)
+    kept = torch.ones_like(ordered)
+    kept[:dropped] = 0
+    flat = torch.empty_like(ordered)
+    flat[order] = kept
+    keep[mask > 0] = flat
+    return keep
+
+
+def m2po(x: LossInputs, p: LossParams) -> tuple[Tensor, dict[str, Tensor]]:
+    log_ratio = x.log_ratio
+    ratio = torch.exp(log_ratio)
+    keep = second_moment_mask(log_ratio, x.mask, p.m2_threshold)
+    return -keep * ratio * x.advantages[:, None], {"ratio": ratio, "masked_fraction": 1.0 - keep}
+
+
 LOSSES: dict[str, LossFn] = {
     "reinforce": reinforce,
     "grpo": _ppo("grpo"),
@@ -187,6 +223,7 @@ LOSSES: dict[str, LossFn] = {
     "cispo": cispo,
     "gspo": gspo,
     "asymre": asymre,
+    "m2po": m2po,
 }
 NEEDS_PROXIMAL = frozenset({"decoupled_ppo"})
 
