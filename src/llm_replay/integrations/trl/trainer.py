@@ -230,6 +230,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             advantages=advantages,
             with_behaviour=self._needs_behaviour and not asymre,
         )
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            # the stored behaviour is the engine's own log-probs: the ratio already corrects for it
+            inputs["importance_sampling_ratio"] = torch.ones_like(
+                inputs["completion_mask"], dtype=torch.float32
+            )
         completion = int(sample.completion_lengths.sum())
         self.meter.add(
             rollouts_trained=len(sample),
