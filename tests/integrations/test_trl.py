@@ -331,3 +331,21 @@ def test_knobs_from_the_command_line_are_json(tmp_path: Path):
     )
     assert config.replay.settings.capacity == 96  # type: ignore[attr-defined]
     assert json.loads(config.to_json_string())["replay_method"] == "uniform"
+
+
+def test_with_vllm_correction_replayed_batches_carry_a_unit_sampling_ratio(tmp_path: Path):
+    """With vLLM the stored behaviour is the engine's log-probs, so TRL's separate
+    engine-vs-trainer correction must be 1 on drawn rows (vLLM itself cannot run here)."""
+    config = ReplayGRPOConfig(
+        **settings(tmp_path), replay_method="uniform", replay_knobs={"capacity": 64}
+    )
+    trainer = build(ReplayGRPOTrainer, config)
+    trainer.train()
+    table = trainer.pipeline.method.table
+    sample = table.sample(16)
+    assert "importance_sampling_ratio" not in trainer._micro_batch(sample)
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+    inputs = trainer._micro_batch(sample)
+    assert torch.equal(
+        inputs["importance_sampling_ratio"], torch.ones_like(inputs["completion_mask"]).float()
+    )
