@@ -6,6 +6,7 @@ build on it, never the reverse).
 
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.buffer.eviction import EvictionPolicy
+from llm_replay.buffer.group_sampler import Groups
 from llm_replay.buffer.rate_limit import (
     MinSize,
     RateLimiter,
@@ -17,7 +18,6 @@ from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import (
     SAMPLERS,
     Fifo,
-    Groups,
     PositiveBiased,
     Prioritized,
     Recency,
