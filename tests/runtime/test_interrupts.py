@@ -72,6 +72,15 @@ class Trainer(SyncTrainer):
         return super().save_checkpoint()
 
 
+@pytest.fixture
+def default_sigint() -> Any:
+    """Python's own SIGINT handler for the test, whatever the shell gave pytest (a job started
+    in the background with `&` inherits SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize(
     ("where", "iteration", "presses", "raw"),
     [
@@ -85,6 +94,7 @@ class Trainer(SyncTrainer):
     ],
 )
 def test_ctrl_c_anywhere_then_resume_logs_the_uninterrupted_run(
+    default_sigint: None,
     reference: list[tuple[Any, ...]],
     tmp_path: Path,
     where: str,
