@@ -58,7 +58,7 @@ def settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
     return base
 
 
-def build(cls: type, config: Any, trainer_cls: type = ReplayGRPOTrainer) -> Any:
+def build(config: Any, trainer_cls: type = ReplayGRPOTrainer) -> Any:
     model, tokenizer = load_policy("builtin:tiny-chain-sum", device="cpu", dtype="float32")
     return trainer_cls(
         model=model,
@@ -88,9 +88,9 @@ def test_on_policy_reproduces_grpo_trainer(tmp_path: Path, loss_type: str, accum
     if accumulation > 1:
         extra["per_device_train_batch_size"] = 8
     plain_losses, plain_weights = trained(
-        build(GRPOTrainer, GRPOConfig(**settings(tmp_path, **extra)), GRPOTrainer)
+        build(GRPOConfig(**settings(tmp_path, **extra)), GRPOTrainer)
     )
-    ours = build(ReplayGRPOTrainer, ReplayGRPOConfig(**settings(tmp_path, **extra)))
+    ours = build(ReplayGRPOConfig(**settings(tmp_path, **extra)))
     our_losses, our_weights = trained(ours)
     assert len(our_losses) == len(plain_losses) == 3
     np.testing.assert_allclose(our_losses, plain_losses, rtol=1e-6, atol=1e-9)
@@ -134,7 +134,7 @@ def test_every_registered_method_trains_inside_trl(tmp_path: Path, method: str):
     config = ReplayGRPOConfig(
         **settings(tmp_path, max_steps=3), replay_method=method, replay_knobs=knobs
     )
-    trainer = build(ReplayGRPOTrainer, config)
+    trainer = build(config)
     trainer.train()
     assert trainer.state.global_step == 3
     assert trainer.meter.counts["rollouts_trained"] >= 3 * 8
@@ -165,7 +165,7 @@ def test_replayed_rows_are_corrected_against_the_policy_that_generated_them(tmp_
         replay_method="uniform",
         replay_knobs={"capacity": 64, "replay_ratio": 2},
     )
-    trainer = build(ReplayGRPOTrainer, config, RatioProbe)
+    trainer = build(config, RatioProbe)
     trainer.train()
     fresh = [gap for gap, age in trainer.probes if age == 0]
     stale = [gap for gap, age in trainer.probes if age > 0]
@@ -181,7 +181,7 @@ def test_groups_are_stored_whole_with_their_generation_advantages(tmp_path: Path
         replay_method="uniform",
         replay_knobs={"capacity": 64, "replay_ratio": 2},
     )
-    trainer = build(ReplayGRPOTrainer, config)
+    trainer = build(config)
     trainer.train()
     table = trainer.pipeline.method.table
     sample, found = table.get(np.arange(table.size * 4))
@@ -207,7 +207,7 @@ def test_asymre_trains_on_shifted_advantages_without_a_ratio(tmp_path: Path):
         replay_loss="asymre",
         replay_delta_v=-0.1,
     )
-    trainer = build(ReplayGRPOTrainer, config, Spy)
+    trainer = build(config, Spy)
     trainer.train()
     assert seen and all("old_per_token_logps" not in inputs for inputs in seen)
     # Dr. GRPO advantages of 8 binary rewards are multiples of 1/8; AsymRE adds 0.1 to each
@@ -221,7 +221,7 @@ def test_replay_metrics_reach_trl_logs(tmp_path: Path):
         replay_method="uniform",
         replay_knobs={"capacity": 64, "replay_ratio": 2, "zero_variance": {"enabled": False}},
     )
-    trainer = build(ReplayGRPOTrainer, config)
+    trainer = build(config)
     trainer.train()
     logged = trainer.state.log_history[-2]
     for key in (
@@ -243,7 +243,7 @@ def test_zero_variance_slots_are_logged(tmp_path: Path):
         **settings(tmp_path, max_steps=4),
         replay_knobs={"zero_variance": {"enabled": True}},
     )
-    trainer = build(ReplayGRPOTrainer, config)
+    trainer = build(config)
     trainer.train()
     assert "replay/zero_variance/slots_filled" in trainer.state.log_history[-2]
 
@@ -261,12 +261,10 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path: Path):
     knobs = {"replay_method": "uniform", "replay_knobs": {"capacity": 64, "replay_ratio": 2}}
     save = {"save_strategy": "steps", "save_steps": 2}
     whole = build(
-        ReplayGRPOTrainer,
         ReplayGRPOConfig(**settings(tmp_path / "whole", max_steps=6, **save), **knobs),
     )
     _, whole_weights = trained(whole)
     first = build(
-        ReplayGRPOTrainer,
         ReplayGRPOConfig(**settings(tmp_path / "parts", max_steps=4, **save), **knobs),
     )
     first.train()
@@ -274,7 +272,6 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path: Path):
     assert (state / "replay_state.json").is_file()
     assert not [p for p in state.rglob("*") if p.suffix in (".pkl", ".pt", ".pth", ".pickle")]
     resumed = build(
-        ReplayGRPOTrainer,
         ReplayGRPOConfig(**settings(tmp_path / "parts", max_steps=6, **save), **knobs),
     )
     resumed.train(resume_from_checkpoint=True)
@@ -287,12 +284,11 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path: Path):
 
 def test_resume_refuses_a_checkpoint_without_replay_state(tmp_path: Path):
     plain = build(
-        GRPOTrainer,
         GRPOConfig(**settings(tmp_path, max_steps=2, save_strategy="steps", save_steps=2)),
         GRPOTrainer,
     )
     plain.train()
-    ours = build(ReplayGRPOTrainer, ReplayGRPOConfig(**settings(tmp_path, max_steps=4)))
+    ours = build(ReplayGRPOConfig(**settings(tmp_path, max_steps=4)))
     with pytest.raises(FileNotFoundError, match="no llm-replay state"):
         ours.train(resume_from_checkpoint=True)
 
@@ -322,7 +318,7 @@ def test_methods_that_restart_from_the_base_model_are_refused(tmp_path: Path):
         **settings(tmp_path), replay_method="rlep", replay_knobs={"phase1_iterations": 2}
     )
     with pytest.raises(ValueError, match="restarts from the base model"):
-        build(ReplayGRPOTrainer, config)
+        build(config)
 
 
 def test_knobs_from_the_command_line_are_json(tmp_path: Path):
@@ -339,7 +335,7 @@ def test_with_vllm_correction_replayed_batches_carry_a_unit_sampling_ratio(tmp_p
     config = ReplayGRPOConfig(
         **settings(tmp_path), replay_method="uniform", replay_knobs={"capacity": 64}
     )
-    trainer = build(ReplayGRPOTrainer, config)
+    trainer = build(config)
     trainer.train()
     table = trainer.pipeline.method.table
     sample = table.sample(16)

@@ -41,7 +41,9 @@ LOSSES = {"grpo": "trl", "asymre": "asymre"}
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
 
 
-def trl_arguments(config: Config, output_dir: Path) -> ReplayGRPOConfig:
+def trl_arguments(
+    config: Config, output_dir: Path, *, correct_threshold: float = 1.0
+) -> ReplayGRPOConfig:
     """The `ReplayGRPOConfig` equivalent of one of our run configs (module docstring's table)."""
     a, g, o, t = config.algorithm, config.generation, config.optim, config.train
     if a.loss not in LOSSES:
@@ -101,6 +103,7 @@ def trl_arguments(config: Config, output_dir: Path) -> ReplayGRPOConfig:
         replay_loss=LOSSES[a.loss],
         replay_delta_v=a.delta_v,
         replay_sampling_weights=a.use_sampling_weights,
+        replay_correct_threshold=correct_threshold,
     )
 
 
@@ -122,8 +125,9 @@ class TRLRun(RunLoop):
             scores = self.scorer.score(completions, [problems[i] for i in problem])
             return [float(s) for s in np.asarray(scores)]
 
-        args = trl_arguments(config, self.run_dir / "trl")
-        args.replay_correct_threshold = self.policy.task.correct_threshold
+        args = trl_arguments(
+            config, self.run_dir / "trl", correct_threshold=self.policy.task.correct_threshold
+        )
         self.trainer = ReplayGRPOTrainer(
             model=self.policy.model,
             reward_funcs=reward,
