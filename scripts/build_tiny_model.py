@@ -1,6 +1,12 @@
-"""Build the shipped tiny model: a ~1M-parameter Qwen2, SFT'd on the built-in task's train split.
+"""Build a shipped tiny model: a ~1M-parameter Qwen2, SFT'd on a built-in task's train split.
 
-    python scripts/build_tiny_model.py --out src/llm_replay/assets/tiny-chain-sum
+    python scripts/build_tiny_model.py --task chain_sum --out src/llm_replay/assets/tiny-chain-sum
+    python scripts/build_tiny_model.py --task spell_backward --steps 400 \
+        --out src/llm_replay/assets/tiny-spell-backward
+    python scripts/build_tiny_model.py --task '{"dataset": "leg_counting", ...}' --out DIR
+
+`--task` is a built-in task's name (`llm_replay.tasks.builtin`) or a JSON object of
+`ReasoningGymTask` arguments (dataset, params, prompt_template, strip_spaces, seed, eval_seed).
 
 Reproducible for a seed on CPU. Supervised training on `prompt + answer + <eos>` (loss on the
 answer and EOS only) for a fixed number of steps leaves the model with a moderate pass rate, so
@@ -21,21 +27,39 @@ from transformers import AutoModelForCausalLM
 
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.models import build_char_tokenizer, encode_prompts, tiny_qwen2_config
-from llm_replay.tasks.builtin import CHAIN_SUM, chain_sum_task
+from llm_replay.tasks import ReasoningGymTask
+from llm_replay.tasks.builtin import BUILTIN_TASKS
 
 
-def greedy_accuracy(model, tokenizer, task, limit: int) -> float:
+def task_spec(text: str) -> dict:
+    if text in BUILTIN_TASKS:
+        return dict(BUILTIN_TASKS[text])
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError:
+        raise SystemExit(
+            f"--task {text!r}: neither a built-in task ({', '.join(BUILTIN_TASKS)}) nor JSON"
+        ) from None
+    if not isinstance(spec, dict) or "dataset" not in spec:
+        raise SystemExit(f"--task {text!r}: a JSON object with at least 'dataset'")
+    return spec
+
+
+def greedy_accuracy(model, tokenizer, task, limit: int, max_new_tokens: int) -> float:
     problems = task.eval[:limit]
     generator = HFGenerator(model, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
     prompts = encode_prompts(tokenizer, [p.prompt for p in problems], "off")
-    out = generator.generate(prompts, 1, SamplingParams(max_new_tokens=8, temperature=0.0))
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
+    out = generator.generate(prompts, 1, sampling)
     texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
     return float(np.mean([task.score(t, p) >= 1.0 for t, p in zip(texts, problems, strict=True)]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="chain_sum", help="built-in task name or JSON spec")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--max-new-tokens", type=int, default=12)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
@@ -46,7 +70,9 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     tokenizer = build_char_tokenizer()
     model = AutoModelForCausalLM.from_config(tiny_qwen2_config())
-    task = chain_sum_task()
+    spec = task_spec(args.task)
+    arguments = {k: v for k, v in spec.items() if k != "dataset"}
+    task = ReasoningGymTask(spec["dataset"], train_size=20_000, eval_size=500, **arguments)
     rng = np.random.default_rng(args.seed)
     eos = tokenizer.eos_token_id
     encoded = [
@@ -73,12 +99,14 @@ def main() -> None:
         if (step + 1) % 50 == 0:
             print(f"step {step + 1}: loss {loss.item():.3f}")
     seconds = time.perf_counter() - start
-    accuracy = greedy_accuracy(model, tokenizer, task, limit=500)
+    accuracy = greedy_accuracy(
+        model, tokenizer, task, limit=500, max_new_tokens=args.max_new_tokens
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     info = {
-        "task": CHAIN_SUM,
+        "task": spec,
         "steps": args.steps,
         "batch_size": args.batch_size,
         "lr": args.lr,

@@ -111,6 +111,11 @@ class TaskConfig:
         for key in ("train_size", "eval_size"):
             _positive(key, getattr(self, key))
         _positive("reward_timeout_s", self.reward_timeout_s)
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ConfigError(
+                f"eval_fraction = {self.eval_fraction!r}: must be in (0, 1) (the share of the "
+                "problem space held out for eval)"
+            )
 
 
 @dataclass
@@ -154,6 +159,7 @@ class AlgorithmConfig:
         "gspo",
         "asymre",
         "m2po",
+        "exgrpo",
     ] = "grpo"
     aggregation: Literal["token_mean", "sequence_mean", "token_sum_norm"] = "token_mean"
     clip_low: float | None = None
@@ -164,6 +170,7 @@ class AlgorithmConfig:
     decoupled_cap: float | None = None
     delta_v: float = -0.1
     m2_threshold: float = 0.04
+    shaping_beta: float = 0.1
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     use_sampling_weights: bool = False
@@ -175,6 +182,7 @@ class AlgorithmConfig:
             )
         _positive("tis_cap", self.tis_cap)
         _positive("m2_threshold", self.m2_threshold, zero_ok=True)
+        _positive("shaping_beta", self.shaping_beta)
         if self.icepop_beta <= 1:
             raise ConfigError(f"icepop_beta = {self.icepop_beta!r}: must be > 1")
         _positive("kl_coef", self.kl_coef, zero_ok=True)

@@ -23,7 +23,7 @@ def test_chain_sum_splits_are_disjoint_and_compact() -> None:
     task = chain_sum_task(train_size=3000, eval_size=300)
     train_prompts = {p.prompt for p in task.train}
     assert not train_prompts & {p.prompt for p in task.eval}
-    assert len(train_prompts) == len(task.train)  # duplicates dropped too
+    assert len(task.train) == 3000 and len(task.eval) == 300
     assert all(" " not in p.prompt and p.prompt.endswith("=") for p in task.eval)
     problem = task.eval[0]
     assert task.score(problem.answer, problem) == 1.0
@@ -53,7 +53,7 @@ def write_jsonl(path: Path, rows: list[object]) -> Path:
 def test_jsonl_dataset_with_math_verify(tmp_path: Path) -> None:
     rows = [{"prompt": f"What is {i}/2?", "answer": f"\\frac{{{i}}}{{2}}"} for i in range(1, 21)]
     task = DatasetTask(write_jsonl(tmp_path / "d.jsonl", rows), eval_fraction=0.25, seed=3)
-    assert len(task.eval) == 5 and len(task.train) == 15
+    assert task.eval and len(task.eval) + len(task.train) == 20
     assert not {p.prompt for p in task.train} & {p.prompt for p in task.eval}
     problem = next(p for p in task.eval)
     value = int(problem.prompt.split()[2].split("/")[0]) / 2

@@ -3,15 +3,18 @@
 A `Task` owns its data and its scoring rule; the training loop only sees `Problem`s and calls
 `score`. Rewards are floats; a rollout counts as *correct* when its reward reaches
 `correct_threshold` (1.0 for the built-in tasks), which is what success pools and positive-biased
-replay key on. Train and eval splits never share a prompt: every adapter filters the train split
-against the eval prompts.
+replay key on. Train and eval splits never share a prompt: the adapters split the problem space
+by a hash of the prompt (`tasks.split`) or, given a separate eval file, filter train against it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from llm_replay.tasks.split import SplitReport
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class SplitTask:
     correct_threshold: float
     _train: tuple[Problem, ...]
     _eval: tuple[Problem, ...]
+    split_reports: tuple[SplitReport, ...] = ()
 
     @property
     def train(self) -> Sequence[Problem]:

@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import logging
+
 from llm_replay.config import Config
 from llm_replay.tasks.base import Task
 from llm_replay.tasks.dataset import DatasetTask
 from llm_replay.tasks.reasoning_gym import ReasoningGymTask
 from llm_replay.tasks.rewards import SafeScorer
 
+log = logging.getLogger(__name__)
+
 
 def build_task(config: Config) -> Task:
+    """The configured task; a split that came out short or mostly repeats is logged as a warning."""
+    task = _make_task(config)
+    for report in getattr(task, "split_reports", ()):
+        message = report.warning()
+        if message:
+            log.warning("task %s: %s", task.name, message)
+    return task
+
+
+def _make_task(config: Config) -> Task:
     t = config.task
     if t.kind == "dataset":
         assert t.path is not None
@@ -29,6 +43,7 @@ def build_task(config: Config) -> Task:
         eval_size=t.eval_size,
         seed=t.seed,
         eval_seed=t.eval_seed,
+        eval_fraction=t.eval_fraction,
         prompt_template=t.prompt_template,
         strip_spaces=t.strip_spaces,
         correct_threshold=t.correct_threshold,

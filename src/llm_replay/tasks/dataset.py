@@ -1,17 +1,18 @@
 """JSONL / Parquet datasets of `prompt` + `answer` rows (GSM8K / MATH style), scored by math-verify.
 
 Rows are validated on load; a bad row is reported with its file and line (JSONL) or row number
-(Parquet) and nothing is half-loaded. The eval split is a separate file or a seeded fraction of
-the train file; prompts never occur in both.
+(Parquet) and nothing is half-loaded. The eval split is a separate file (train rows with an eval
+prompt are dropped) or the rows whose prompt hashes, salted by `seed`, into the `eval_fraction`
+share of the space (`tasks.split`): every copy of a prompt lands on the same side.
 """
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 from llm_replay.tasks.base import Problem, SplitTask, TaskError, disjoint_train
+from llm_replay.tasks.split import partition_rows
 
 
 def read_rows(
@@ -108,15 +109,15 @@ class DatasetTask(SplitTask):
         if eval_path is not None:
             eval_rows = read_rows(eval_path, prompt_field, answer_field)
         else:
-            if not 0.0 < eval_fraction < 1.0:
-                raise TaskError(f"eval_fraction = {eval_fraction!r}: must be in (0, 1)")
-            order = list(range(len(rows)))
-            random.Random(seed).shuffle(order)
-            n_eval = max(1, round(eval_fraction * len(rows)))
-            eval_rows = [rows[i] for i in sorted(order[:n_eval])]
-            rows = [rows[i] for i in sorted(order[n_eval:])]
+            train_rows, held_out = partition_rows(rows, eval_fraction, salt=str(seed))
+            if not held_out:
+                raise TaskError(
+                    f"{path}: no row hashed into the eval share (eval_fraction = "
+                    f"{eval_fraction}, {len(rows)} rows): raise eval_fraction or give eval_path"
+                )
+            rows, eval_rows = list(train_rows), list(held_out)
         self._eval = tuple(eval_rows)
-        self._train = disjoint_train(rows, self._eval)
+        self._train = disjoint_train(rows, self._eval) if eval_path is not None else tuple(rows)
         if not self._train:
             raise TaskError(f"{path}: no train rows left after removing eval prompts")
 

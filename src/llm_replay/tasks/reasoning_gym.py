@@ -1,8 +1,10 @@
 """reasoning-gym procedural datasets as tasks (offline, seeded).
 
-reasoning-gym generates problems from a seed; we draw the eval split from `eval_seed`, the train
-split from `seed`, and drop train problems whose prompt is in the eval split (seeds 1 and 2 give
-shifted copies of each other, so this filter matters). Scoring is the dataset's own
+reasoning-gym generates problems from a seed. A hash of each prompt puts it on the train or the
+eval side of the problem space (`eval_fraction` of it is eval, see `tasks.split`); the train
+split is the first `train_size` problems of the `seed` stream on the train side, the eval split
+the first `eval_size` of the `eval_seed` stream on the eval side. Both follow the generator's
+distribution and never share a prompt, whatever the seeds. Scoring is the dataset's own
 `score_answer`. `prompt_template` formats the model-facing prompt from the entry's `question`
 and metadata fields, so a tiny character-level model can see `98+93-77=` instead of a sentence.
 """
@@ -13,7 +15,8 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from llm_replay.tasks.base import Problem, SplitTask, TaskError, disjoint_train
+from llm_replay.tasks.base import Problem, SplitTask, TaskError
+from llm_replay.tasks.split import fill_split
 
 
 class ReasoningGymTask(SplitTask):
@@ -28,6 +31,7 @@ class ReasoningGymTask(SplitTask):
         eval_size: int = 500,
         seed: int = 1,
         eval_seed: int = 2,
+        eval_fraction: float = 0.1,
         prompt_template: str = "{question}",
         strip_spaces: bool = False,
         correct_threshold: float = 1.0,
@@ -48,24 +52,44 @@ class ReasoningGymTask(SplitTask):
         params = dict(params or {})
         try:
             self._scorer = reasoning_gym.create_dataset(dataset, size=1, seed=seed, **params)
-            eval_entries = list(
-                reasoning_gym.create_dataset(dataset, size=eval_size, seed=eval_seed, **params)
-            )
-            train_entries = list(
-                reasoning_gym.create_dataset(dataset, size=train_size, seed=seed, **params)
-            )
+            streams = {
+                name: reasoning_gym.create_dataset(dataset, size=2**31 - 1, seed=s, **params)
+                for name, s in (("train", seed), ("eval", eval_seed))
+            }
+            first = streams["eval"][0]
         except Exception as error:
             raise TaskError(f"reasoning-gym dataset {dataset!r} with {params}: {error}") from None
-        unknown = fields - {"question", "answer"} - set(eval_entries[0].get("metadata", {}))
+        metadata = first.get("metadata", {})
+        unknown = fields - {"question", "answer"} - set(metadata)
         if unknown:
             raise TaskError(
                 f"prompt_template = {prompt_template!r}: unknown field(s) {sorted(unknown)}; "
-                f"available: question, {', '.join(sorted(eval_entries[0].get('metadata', {})))}"
+                f"available: question, {', '.join(sorted(metadata))}"
             )
-        self._eval = tuple(self._problem(e) for e in eval_entries)
-        self._train = disjoint_train([self._problem(e) for e in train_entries], self._eval)
-        if not self._train:
-            raise TaskError(f"{dataset}: every train problem also occurs in the eval split")
+        splits = {}
+        reports = []
+        for name, size in (("train", train_size), ("eval", eval_size)):
+            entries = streams[name]
+
+            def draw(i: int, entries: Any = entries) -> Problem:
+                return self._problem(entries[i])
+
+            problems, report = fill_split(
+                draw,
+                size=size,
+                eval_side=name == "eval",
+                eval_share=eval_fraction,
+                split=name,
+            )
+            if not problems:
+                raise TaskError(
+                    f"{dataset}: no {name} problems in {report.draws} draws "
+                    f"(eval_fraction = {eval_fraction}); the problem space is too small to split"
+                )
+            splits[name] = problems
+            reports.append(report)
+        self._train, self._eval = splits["train"], splits["eval"]
+        self.split_reports = tuple(reports)
 
     def _problem(self, entry: Mapping[str, Any]) -> Problem:
         metadata = dict(entry.get("metadata", {}))
