@@ -136,6 +136,7 @@ class Learner:
             "behaviour": cut(sample.behaviour_logprobs).float(),
             "advantages": torch.from_numpy(sample.advantages[rows]).float().to(dev),
             "weights": None if weights is None else torch.from_numpy(weights).float().to(dev),
+            "replayed": torch.from_numpy(sample.sources[rows] > 0).to(dev),
         }
 
     def _logprobs(
@@ -184,6 +185,7 @@ class Learner:
                 c["mask"],
                 proximal_logprobs=None if proximal is None else proximal[i],
                 weights=c["weights"],
+                replayed=c["replayed"],
                 aggregation=s.aggregation,
                 params=s.loss_params,
                 denominator=denominator,

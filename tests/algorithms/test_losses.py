@@ -183,3 +183,38 @@ def test_m2po_keeps_everything_within_tau_and_masks_nothing_outside_the_mask() -
     assert second_moment_mask(everything_big, torch.ones(1, 2), 0.04).tolist() == [[0, 0]]
     with pytest.raises(ValueError, match="m2_threshold"):
         LossParams(m2_threshold=-1.0)
+
+
+def test_exgrpo_shapes_replayed_rows_and_clips_fresh_ones() -> None:
+    """Rollout 0 fresh: GRPO clip terms 1.2 and 1.0; rollout 1 replayed: f(0.5) = 0.5/0.6 times
+    A = −2, unclipped. Gradient on a replayed token: β/(r+β)² · r · A."""
+    replayed = torch.tensor([False, True])
+    logprobs = CURRENT.clone().requires_grad_(True)
+    loss, metrics = policy_loss("exgrpo", logprobs, BEHAVIOUR, ADV, MASK, replayed=replayed)
+    shaped = 0.5 / 0.6 * -2.0
+    assert float(loss.detach()) == pytest.approx(-(1.2 + 1.0 + shaped) / 3, rel=1e-5)
+    assert metrics["loss/shaped_fraction"] == pytest.approx(1 / 3)
+    assert metrics["loss/clip_fraction"] == pytest.approx(1 / 3)  # the 1.5 token is clipped
+    loss.backward()
+    assert logprobs.grad is not None
+    expected = -(0.1 / (0.5 + 0.1) ** 2 * 0.5 * -2.0) / 3
+    assert float(logprobs.grad[1, 1]) == pytest.approx(expected, rel=1e-5)
+    # without the mark every row is fresh: plain GRPO
+    assert float(policy_loss("exgrpo", CURRENT, BEHAVIOUR, ADV, MASK)[0]) == pytest.approx(
+        run("grpo"), rel=1e-6
+    )
+    with pytest.raises(ValueError, match="shaping_beta"):
+        LossParams(shaping_beta=0.0)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_exgrpo_shaped_gradient_follows_the_advantage(sign: float) -> None:
+    logprobs = torch.tensor([[0.0, LOG(0.5), LOG(0.3)]], requires_grad=True)
+    behaviour = logprobs.detach().clone() + 0.7  # stale: r = e^-0.7
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    loss, _ = policy_loss(
+        "exgrpo", logprobs, behaviour, torch.tensor([sign]), mask, replayed=torch.tensor([True])
+    )
+    loss.backward()
+    assert logprobs.grad is not None
+    assert torch.all(torch.sign(-logprobs.grad[0, 1:]) == sign)

@@ -98,7 +98,7 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
     assert _train_metrics(tmp_path / "a") == _train_metrics(tmp_path / "b")
 
 
-@pytest.mark.parametrize("preset", ["replay_uniform", "replay_prioritized", "rlep"])
+@pytest.mark.parametrize("preset", ["replay_uniform", "replay_prioritized", "rlep", "exgrpo"])
 def test_resume_matches_uninterrupted_run(preset: str, tmp_path: Path) -> None:
     path = ROOT / "configs" / f"{preset}.yaml"
     SyncTrainer(tiny_config(path, tmp_path / "full", "train.iterations=6")).run()

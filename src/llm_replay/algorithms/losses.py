@@ -17,11 +17,17 @@ A_i the rollout's advantage (computed at generation, never recomputed on reuse);
 | `gspo`          | min(s·A, clip(s)·A), s = (π_θ(y)/π_behav(y))^(1/|y|), ε = 3e-4/4e-4 | Zheng et al. 2025 (GSPO) |
 | `asymre`        | (A − δV)·log π_θ, δV = −0.1; expects A = R − V̂ (dr_grpo) | Arnal et al. 2025 (AsymRE) |
 | `m2po`          | M·r·A, no clip; M masks the top (log r)² tokens (below)  | Zheng et al. 2025 (M2PO)      |
+| `exgrpo`        | fresh rows: grpo; replayed rows: f(r)·A, f(r) = r/(r+β), β = 0.1 | Zhan et al. 2025 (ExGRPO) |
 
 `m2po` replaces the clip with a trust region on the second moment of the importance weights
 (arXiv 2510.01161): tokens are masked, largest (log r)² first, until the mean (log r)² of the
 tokens left is at most `m2_threshold`, so only extreme outliers lose their gradient. The mask is
 computed over the tokens of one loss call (a micro-batch when the learner splits a batch).
+
+`exgrpo` is ExGRPO's mixed-policy objective (arXiv 2510.02245, after LUFFY's policy shaping): the
+rows a method marked as replayed (`Sample.sources > 0`) are trained on the shaped, unclipped ratio
+f(r) = r/(r + β), whose gradient β/(r+β)² · r · ∇log π_θ amplifies low-probability tokens and damps
+confident ones; fresh rows keep GRPO's clip. Without the mark every row is fresh.
 
 `tis` and `icepop` take `level="sequence"`: the ratio is then the length-normalised sequence ratio
 exp(mean_t log r) (GSPO's definition, so bands and caps mean the same at any length), shared by
@@ -57,6 +63,7 @@ class LossParams:
     decoupled_cap: float | None = None
     delta_v: float = -0.1
     m2_threshold: float = 0.04
+    shaping_beta: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("clip_low", "clip_high", "decoupled_cap"):
@@ -67,6 +74,8 @@ class LossParams:
             raise ValueError(f"tis_cap = {self.tis_cap!r}: must be > 0")
         if not (math.isfinite(self.m2_threshold) and self.m2_threshold >= 0):
             raise ValueError(f"m2_threshold = {self.m2_threshold!r}: must be finite and >= 0")
+        if not (math.isfinite(self.shaping_beta) and self.shaping_beta > 0):
+            raise ValueError(f"shaping_beta = {self.shaping_beta!r}: must be finite and > 0")
         if not self.icepop_beta > 1:
             raise ValueError(f"icepop_beta = {self.icepop_beta!r}: must be > 1")
         if self.level not in ("token", "sequence"):
@@ -75,13 +84,15 @@ class LossParams:
 
 @dataclass(frozen=True)
 class LossInputs:
-    """logprobs, behaviour_logprobs, proximal_logprobs: [B, T]; advantages [B]; mask [B, T] float."""
+    """logprobs, behaviour_logprobs, proximal_logprobs: [B, T]; advantages [B]; mask [B, T] float;
+    replayed [B] bool (rows a method drew from its table rather than the fresh round)."""
 
     logprobs: Tensor
     behaviour_logprobs: Tensor
     advantages: Tensor
     mask: Tensor
     proximal_logprobs: Tensor | None = None
+    replayed: Tensor | None = None
 
     @property
     def log_ratio(self) -> Tensor:
@@ -100,6 +111,7 @@ DEFAULT_CLIP: dict[str, tuple[float, float]] = {
     "decoupled_ppo": (0.2, 0.2),
     "cispo": (1.0, 0.28),
     "gspo": (3e-4, 4e-4),
+    "exgrpo": (0.2, 0.2),
 }
 
 
@@ -213,6 +225,22 @@ def m2po(x: LossInputs, p: LossParams) -> tuple[Tensor, dict[str, Tensor]]:
     return -keep * ratio * x.advantages[:, None], {"ratio": ratio, "masked_fraction": 1.0 - keep}
 
 
+def exgrpo(x: LossInputs, p: LossParams) -> tuple[Tensor, dict[str, Tensor]]:
+    ratio = torch.exp(x.log_ratio)
+    fresh, clipped = _clipped(ratio, x.advantages[:, None], *_clip_range("exgrpo", p))
+    shaped = -(ratio / (ratio + p.shaping_beta)) * x.advantages[:, None]
+    if x.replayed is None:
+        replayed = torch.zeros_like(x.mask)
+    else:
+        replayed = x.replayed.to(x.mask.dtype)[:, None].expand_as(x.mask)
+    per_token = torch.where(replayed > 0, shaped, fresh)
+    return per_token, {
+        "ratio": ratio,
+        "clip_fraction": clipped * (1.0 - replayed),
+        "shaped_fraction": replayed,
+    }
+
+
 LOSSES: dict[str, LossFn] = {
     "reinforce": reinforce,
     "grpo": _ppo("grpo"),
@@ -224,6 +252,7 @@ LOSSES: dict[str, LossFn] = {
     "gspo": gspo,
     "asymre": asymre,
     "m2po": m2po,
+    "exgrpo": exgrpo,
 }
 NEEDS_PROXIMAL = frozenset({"decoupled_ppo"})
 
@@ -260,6 +289,7 @@ def policy_loss(
     *,
     proximal_logprobs: Tensor | None = None,
     weights: Tensor | None = None,
+    replayed: Tensor | None = None,
     aggregation: str = "token_mean",
     params: LossParams | None = None,
     denominator: float | None = None,
@@ -267,14 +297,15 @@ def policy_loss(
     """The scalar loss of `LOSSES[name]` and its metrics (means over completion tokens).
 
     logprobs, behaviour_logprobs, proximal_logprobs, mask: [B, T]; advantages, weights: [B]
-    (weights: per-rollout sampling weights, e.g. prioritized replay's importance weights).
+    (weights: per-rollout sampling weights, e.g. prioritized replay's importance weights);
+    replayed: [B] bool, the rows a method drew from its table (read by `exgrpo`).
     """
     if name not in LOSSES:
         raise ValueError(f"loss = {name!r}: choose one of {sorted(LOSSES)}")
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation = {aggregation!r}: choose one of {AGGREGATIONS}")
     mask = mask.to(logprobs.dtype)
-    inputs = LossInputs(logprobs, behaviour_logprobs, advantages, mask, proximal_logprobs)
+    inputs = LossInputs(logprobs, behaviour_logprobs, advantages, mask, proximal_logprobs, replayed)
     per_token, parts = LOSSES[name](inputs, params or LossParams())
     if weights is not None:
         per_token = per_token * weights[:, None]

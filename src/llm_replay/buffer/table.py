@@ -159,12 +159,13 @@ class ReplayTable:
         alpha: float = 0.5,
         beta: float = 0.4,
         max_age: int | None = 10,
+        decay_steps: float | None = None,
         **kwargs: Any,
     ) -> ReplayTable:
-        """|A|-prioritized rollouts with age eviction (arXiv 2606.04560: α=0.5, τ_max=10)."""
-        return cls(
-            max_rollouts, sampler=Prioritized(alpha=alpha, beta=beta), max_age=max_age, **kwargs
-        )
+        """|A|-prioritized rollouts with age eviction (arXiv 2606.04560: α=0.5, τ_max=10);
+        `decay_steps` = τ multiplies each mass by exp(−age/τ) (FreshPER, arXiv 2604.16918)."""
+        sampler = Prioritized(alpha=alpha, beta=beta, decay_steps=decay_steps)
+        return cls(max_rollouts, sampler=sampler, max_age=max_age, **kwargs)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -342,6 +343,21 @@ class ReplayTable:
             hit = slots[found]
             pin, rows = self.storage.pin(hit)
             columns = self._sample_columns(hit, np.ones(len(hit)), count=False)
+        return self._gather(pin, rows, columns, pad), found
+
+    def take(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
+        """Draw the stored rollouts with these keys, counted like `sample` (times sampled, ages,
+        eviction by `max_times_sampled`): for methods that choose rollouts themselves. Also
+        returns which keys were found; missing ones are skipped."""
+        key_array = keys_arg(keys)
+        pad = pad_id_arg(pad_id)
+        with self._cond:
+            slots, found = self.storage.slots_of(key_array)
+            hit = slots[found]
+            pin, rows = self.storage.pin(hit)
+            columns = self._sample_columns(hit, np.ones(len(hit)), count=True)
+            self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
+            self._cond.notify_all()
         return self._gather(pin, rows, columns, pad), found
 
     # ----------------------------------------------------------------- updates

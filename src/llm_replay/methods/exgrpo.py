@@ -1,0 +1,249 @@
+"""ExGRPO: replay the most confident correct trajectory of medium-difficulty questions.
+
+After arXiv 2510.02245 (Zhan et al., "ExGRPO: Learning to Reason from Experience"):
+
+- *Experience management.* Every fresh group updates its question's latest correctness rate (the
+  share of its rollouts that are correct). The correct rollouts of partly solved groups are
+  stored, keyed by question; a question whose latest group is all correct is retired (its
+  trajectories leave the table and new ones are not stored).
+- *Experience selection.* Questions are bucketed by their latest rate: low (0, 0.25], medium
+  (0.25, 0.75], high (0.75, 1) (a rate of 0 counts as low). A bucket is drawn with probability
+  ∝ exp(−(c − μ)² / 2σ²) at its centre c (μ = 0.5, σ = 1 as in the paper), then a question
+  uniformly inside it, without replacement within a batch. Of the question's stored
+  trajectories the one with the lowest mean surprisal −mean log π_behav(y_t) is replayed.
+- *Mixed-policy optimisation.* Each round trains one batch: every fresh rollout plus
+  round(ρ/(1−ρ) · fresh) replayed trajectories (ρ = 0.5: half the batch), drawn before the round's
+  own successes are stored. Use `algorithm.loss: exgrpo` for the paper's policy shaping
+  f(r) = r/(r + β) on the replayed rows (`Sample.sources == 1`).
+
+Two deliberate departures, both because they need a forward pass we do not pay for: the paper
+ranks a question's trajectories by their entropy under the *current* policy; we rank them by
+their surprisal under the policy that generated them (its expectation is that policy's entropy
+along the trajectory, and it needs no extra pass). And a replayed trajectory keeps the advantage
+it was given in its own group, where the paper re-forms a group with K − 1 new rollouts of the
+question; our front ends generate the prompts they choose, not the method.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from llm_replay.buffer import RateLimiter, ReplayTable, Sample, Uniform
+from llm_replay.methods.base import (
+    MethodConfig,
+    MethodConfigError,
+    MethodContext,
+    ReplayMethod,
+    knob,
+    positive,
+)
+from llm_replay.methods.compose import round_half_up, with_source
+from llm_replay.methods.registry import register
+from llm_replay.methods.success_pool import prompt_key
+from llm_replay.rollout import RolloutBatch
+
+BUCKET_EDGES = (0.25, 0.75)  # low (0, 0.25], medium (0.25, 0.75], high (0.75, 1)
+BUCKET_CENTRES = (0.125, 0.5, 0.875)
+
+
+def bucket_of(rate: float) -> int:
+    """0 low, 1 medium, 2 high (a rate of 0 is low; an all-correct question is retired)."""
+    return int(np.searchsorted(BUCKET_EDGES, rate, side="left"))
+
+
+def bucket_weights(centre: float, sigma: float) -> npt.NDArray[np.float64]:
+    """ExGRPO's Gaussian preference over the three buckets' centre rates."""
+    c = np.asarray(BUCKET_CENTRES)
+    return np.exp(-((c - centre) ** 2) / (2.0 * sigma**2))
+
+
+def mean_surprisal(batch: RolloutBatch) -> npt.NDArray[np.float64]:
+    """−mean_t log π_behav(y_t) of every rollout (0 for an empty completion)."""
+    lengths = batch.completion_lengths.astype(np.int64)
+    sums = np.add.reduceat(
+        np.concatenate([batch.behaviour_logprobs.astype(np.float64), [0.0]]),
+        np.concatenate([[0], np.cumsum(lengths)[:-1]]),
+    )
+    sums = np.where(lengths > 0, sums, 0.0)
+    return -sums / np.maximum(lengths, 1)
+
+
+def prompt_keys(batch: RolloutBatch) -> list[bytes]:
+    offsets = np.concatenate(([0], np.cumsum(batch.prompt_lengths)))
+    return [prompt_key(batch.prompt_ids[offsets[i] : offsets[i + 1]]) for i in range(len(batch))]
+
+
+@dataclass
+class ExGRPOConfig(MethodConfig):
+    capacity: int = knob(4096, "correct trajectories kept; the oldest leave first")
+    experience_ratio: float = knob(0.5, "ρ: share of each batch that is replayed trajectories")
+    centre: float = knob(0.5, "μ: the correctness rate the bucket weights favour")
+    sigma: float = knob(1.0, "σ of the Gaussian bucket weight (the paper's 1 is nearly flat)")
+    retire_solved: bool = knob(True, "stop replaying a question once a fresh group solves it all")
+
+    def check(self) -> None:
+        positive("capacity", self.capacity)
+        positive("sigma", self.sigma)
+        if not (math.isfinite(self.experience_ratio) and 0 <= self.experience_ratio < 1):
+            raise MethodConfigError(
+                f"experience_ratio = {self.experience_ratio!r}: must be in [0, 1)"
+            )
+        if not (math.isfinite(self.centre) and 0 <= self.centre <= 1):
+            raise MethodConfigError(f"centre = {self.centre!r}: must be in [0, 1]")
+
+    @property
+    def samples_per_insert(self) -> float:
+        return 1.0 / (1.0 - self.experience_ratio)
+
+
+@register
+class ExGRPO(ReplayMethod):
+    name = "exgrpo"
+    description = "Lowest-surprisal success of medium-difficulty questions beside fresh groups."
+    paper = "ExGRPO: learning to reason from experience, arXiv 2510.02245"
+    Config = ExGRPOConfig
+    trains_fresh_groups = True
+
+    def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
+        super().__init__(settings, context)
+        self.rates: dict[bytes, float] = {}
+        self.retired: set[bytes] = set()
+        self._index: dict[bytes, list[tuple[float, int]]] = {}
+        self._rng = np.random.default_rng(context.seed + 2)
+        self._weights = bucket_weights(self.exgrpo.centre, self.exgrpo.sigma)
+        self.replayed_last = 0
+        self.stored_last = 0
+
+    @property
+    def exgrpo(self) -> ExGRPOConfig:
+        assert isinstance(self.settings, ExGRPOConfig)
+        return self.settings
+
+    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
+        return ReplayTable(
+            self.exgrpo.capacity, sampler=Uniform(), seed=self.context.seed, name="exgrpo"
+        )
+
+    # ------------------------------------------------------------------ one round
+    def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        fresh = RolloutBatch.coerce(fresh)
+        ratio = self.exgrpo.experience_ratio
+        want = round_half_up(ratio / (1.0 - ratio) * len(fresh))
+        replayed = self.draw(want) if want else None
+        self.observe(fresh)
+        parts = [Sample.from_batch(fresh, current_version=self.table.policy_version)]
+        if replayed is not None and len(replayed):
+            parts.append(with_source(replayed, 1))
+        self.replayed_last = 0 if replayed is None else len(replayed)
+        yield Sample.concat(parts)
+
+    def observe(self, fresh: RolloutBatch) -> None:
+        """Update each question's latest rate; store correct rollouts of partly solved groups."""
+        questions = prompt_keys(fresh)
+        surprisal = mean_surprisal(fresh)
+        keep: list[int] = []
+        for group in np.unique(fresh.group_ids).tolist():
+            members = np.flatnonzero(fresh.group_ids == group)
+            correct = fresh.correct[members] == 1
+            question = questions[int(members[0])]
+            rate = float(correct.mean())
+            self.rates[question] = rate
+            if rate >= 1.0 and self.exgrpo.retire_solved:
+                self.retired.add(question)
+                dropped = self._index.pop(question, [])
+                if dropped:
+                    self.table.remove(np.asarray([k for _, k in dropped], dtype=np.int64))
+            elif 0.0 < rate < 1.0 and question not in self.retired:
+                keep.extend(members[correct].tolist())
+        self.stored_last = len(keep)
+        if not keep:
+            return
+        rows = np.asarray(keep)
+        keys = self.table.insert(fresh.select(rows))
+        for row, key in zip(rows.tolist(), keys.tolist(), strict=True):
+            self._index.setdefault(questions[row], []).append((float(surprisal[row]), key))
+
+    def draw(self, n: int) -> Sample | None:
+        """Up to `n` trajectories of distinct questions, chosen as the module docstring says."""
+        chosen: list[int] = []
+        pending = self._pick_questions(n)
+        while pending and len(chosen) < n:
+            best = {q: min(self._index[q])[1] for q in pending}
+            _, found = self.table.get(np.asarray(list(best.values()), dtype=np.int64))
+            retry = []
+            for (question, key), alive in zip(best.items(), found.tolist(), strict=True):
+                if alive:
+                    chosen.append(key)
+                    continue
+                self._index[question] = [e for e in self._index[question] if e[1] != key]
+                if self._index[question]:
+                    retry.append(question)
+                else:
+                    del self._index[question]
+            pending = retry
+        if not chosen:
+            return None
+        sample, _ = self.table.take(np.asarray(chosen, dtype=np.int64))
+        return sample
+
+    def _pick_questions(self, n: int) -> list[bytes]:
+        buckets: list[list[bytes]] = [[], [], []]
+        for question in self._index:
+            buckets[bucket_of(self.rates.get(question, 0.0))].append(question)
+        for members in buckets:
+            self._rng.shuffle(members)
+        picked: list[bytes] = []
+        while len(picked) < n:
+            weights = self._weights * np.asarray([len(b) > 0 for b in buckets])
+            if weights.sum() <= 0:
+                break
+            bucket = int(self._rng.choice(3, p=weights / weights.sum()))
+            picked.append(buckets[bucket].pop())
+        return picked
+
+    # ------------------------------------------------------------------ bookkeeping
+    def metrics(self) -> dict[str, float]:
+        counts = [0, 0, 0]
+        for question in self._index:
+            counts[bucket_of(self.rates.get(question, 0.0))] += 1
+        return {
+            **super().metrics(),
+            "exgrpo/questions_low": float(counts[0]),
+            "exgrpo/questions_medium": float(counts[1]),
+            "exgrpo/questions_high": float(counts[2]),
+            "exgrpo/retired": float(len(self.retired)),
+            "exgrpo/replayed_in_batch": float(self.replayed_last),
+            "exgrpo/stored_last": float(self.stored_last),
+        }
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "rates": {q.hex(): r for q, r in self.rates.items()},
+            "retired": sorted(q.hex() for q in self.retired),
+            "rng": dict(self._rng.bit_generator.state),
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.rates = {bytes.fromhex(q): float(r) for q, r in state["rates"].items()}
+        self.retired = {bytes.fromhex(q) for q in state["retired"]}
+        self._rng.bit_generator.state = state["rng"]
+
+    def load(self, directory: Path) -> None:
+        super().load(directory)
+        self._index.clear()
+        live = self.table.storage.live_in_order()
+        keys = self.table.storage.keys_of(live)
+        if len(keys):
+            stored = self.table.get(keys)[0].to_batch()
+            for question, surprisal, key in zip(
+                prompt_keys(stored), mean_surprisal(stored), keys.tolist(), strict=True
+            ):
+                if question not in self.retired:
+                    self._index.setdefault(question, []).append((float(surprisal), key))
