@@ -107,6 +107,42 @@ def test_prioritized_follows_updated_priorities() -> None:
         filled(Uniform())[0].update_priorities(keys[:1], [1.0])
 
 
+def test_freshper_priorities_decay_with_age() -> None:
+    """(|A| + ε)^α · exp(−age/τ): exact probabilities, frequencies, and the same after a rebase."""
+    sampler = Prioritized(alpha=0.5, beta=0.4, epsilon=0.01, decay_steps=2.0)
+    table, keys = filled(sampler)
+    table.set_policy_version(6)
+    slots = table.storage.slots_of(keys)[0]
+    adv = table.storage.advantage[slots]
+    age = 6 - table.storage.policy_version[slots]
+    mass = (np.abs(adv) + 0.01) ** 0.5 * np.exp(-age / 2.0)
+    assert_matches(frequencies(table, keys), mass)
+    s = table.sample(32)
+    s_age = 6 - s.policy_versions
+    expected = (np.abs(s.advantages) + 0.01) ** 0.5 * np.exp(-s_age / 2.0) / mass.sum()
+    np.testing.assert_allclose(s.probabilities, expected, rtol=1e-9)
+    # a rollout born far later forces a rebase of every stored mass; ratios must not move
+    sampler.REBASE_AT = 2.0
+    late = make_batch(np.random.default_rng(1), 8, first_group=900, version=20)
+    table.insert(late)
+    assert sampler.reference == 20
+    ratio = sampler.tree.get(slots[-9:]) / sampler.tree.get(slots[-9:]).sum()  # versions 4, 5
+    np.testing.assert_allclose(ratio, mass[-9:] / mass[-9:].sum(), rtol=1e-9)
+    with pytest.raises(ValueError, match="decay_steps"):
+        Prioritized(decay_steps=0.0)
+
+
+def test_freshper_table_checkpoint_keeps_the_decay(tmp_path: object) -> None:
+    table, _ = filled(Prioritized(decay_steps=3.0))
+    table.set_policy_version(4)
+    path = table.save(tmp_path / "t")  # type: ignore[operator]
+    loaded = ReplayTable.load(path)
+    assert loaded.sampler.config()["decay_steps"] == 3.0
+    a, b = table.sample(16), loaded.sample(16)
+    np.testing.assert_array_equal(a.keys, b.keys)
+    np.testing.assert_allclose(a.probabilities, b.probabilities)
+
+
 def test_recency_weights_halve_per_half_life() -> None:
     table, keys = filled(Recency(half_life=2.0))
     table.set_policy_version(5)

@@ -203,26 +203,50 @@ class Prioritized(_TreeSampler):
 
     The priority of a new rollout defaults to |advantage| (frozen at birth, as in rollout-level
     advantage-prioritized replay); rollouts without an advantage get the largest priority seen.
+
+    With `decay_steps` = τ the mass also decays with the rollout's age in policy versions,
+    (p_i + ε)^α · exp(−age_i / τ) (FreshPER, arXiv 2604.16918: stored priorities go stale as the
+    policy moves). All ages grow together, so relative masses depend only on each rollout's own
+    version: the tree holds (p_i + ε)^α · exp((v_i − v_ref) / τ) and is rescaled when v_ref moves.
     """
 
     name = "prioritized"
+    REBASE_AT = 50.0  # rescale once the newest exponent passes e^50
 
-    def __init__(self, alpha: float = 0.5, beta: float = 0.4, epsilon: float = 1e-6) -> None:
+    def __init__(
+        self,
+        alpha: float = 0.5,
+        beta: float = 0.4,
+        epsilon: float = 1e-6,
+        decay_steps: float | None = None,
+    ) -> None:
         self.alpha = _check_exponent("alpha", alpha)
         self.beta = _check_exponent("beta", beta)
         if not (isinstance(epsilon, int | float) and math.isfinite(epsilon) and epsilon > 0):
             raise ValueError(f"epsilon = {epsilon!r}: must be finite and > 0")
         self.epsilon = float(epsilon)
+        if decay_steps is not None and not (math.isfinite(decay_steps) and decay_steps > 0):
+            raise ValueError(f"decay_steps = {decay_steps!r}: must be finite and > 0 (or None)")
+        self.decay_steps = None if decay_steps is None else float(decay_steps)
         if not MIN_MASS <= self._mass(np.zeros(1))[0] <= MAX_MASS:
             raise ValueError(
                 f"epsilon ** alpha = {self.epsilon} ** {self.alpha}: the mass of a zero priority "
                 f"must lie in [{MIN_MASS}, {MAX_MASS}]"
             )
         self.max_priority = 1.0
+        self.reference = 0
 
     def _mass(self, priorities: F64) -> F64:
         with np.errstate(over="ignore"):
             return np.power(np.abs(priorities) + self.epsilon, self.alpha)
+
+    def _decayed(self, slots: I64, priorities: F64) -> F64:
+        mass = self._mass(priorities)
+        if self.decay_steps is None:
+            return mass
+        exponent = (self.storage.policy_version[slots] - self.reference) / self.decay_steps
+        with np.errstate(over="ignore", under="ignore"):
+            return np.clip(mass * np.exp(exponent), MIN_MASS, MAX_MASS)
 
     def _check_priorities(self, field: str, priorities: F64) -> None:
         bad = ~np.isfinite(priorities) | (priorities < 0)
@@ -243,7 +267,20 @@ class Prioritized(_TreeSampler):
         priorities = np.where(np.isnan(adv), self.max_priority, np.abs(adv))
         if len(priorities):
             self.max_priority = max(self.max_priority, float(priorities.max()))
-        self.tree.set(slots, self._mass(priorities))
+            self._maybe_rebase(int(self.storage.policy_version[slots].max()))
+        self.tree.set(slots, self._decayed(slots, priorities))
+
+    def _maybe_rebase(self, newest: int) -> None:
+        if (
+            self.decay_steps is None
+            or (newest - self.reference) / self.decay_steps < self.REBASE_AT
+        ):
+            return
+        factor = math.exp(-(newest - self.reference) / self.decay_steps)
+        self.reference = newest
+        live = self.storage.live_slots()
+        with np.errstate(under="ignore"):
+            self.tree.set(live, np.clip(self.tree.get(live) * factor, MIN_MASS, MAX_MASS))
 
     def update_priorities(self, slots: I64, priorities: F64) -> None:
         p = np.asarray(priorities, dtype=np.float64)
@@ -252,7 +289,7 @@ class Prioritized(_TreeSampler):
         self._check_priorities("priorities[{}]", p)
         if len(p):
             self.max_priority = max(self.max_priority, float(p.max()))
-        self.tree.set(slots, self._mass(p))
+        self.tree.set(slots, self._decayed(slots, p))
 
     def importance_weights(self, probabilities: F64) -> F64:
         # (N P_i)^-β / max_j (N P_j)^-β = (P_i / P_min)^-β; P_min over every stored rollout.
@@ -260,13 +297,17 @@ class Prioritized(_TreeSampler):
         return np.power(probabilities / p_min, -self.beta)
 
     def config(self) -> dict[str, Any]:
-        return {"alpha": self.alpha, "beta": self.beta, "epsilon": self.epsilon}
+        out: dict[str, Any] = {"alpha": self.alpha, "beta": self.beta, "epsilon": self.epsilon}
+        if self.decay_steps is not None:
+            out["decay_steps"] = self.decay_steps
+        return out
 
     def _scalars(self) -> np.ndarray:
-        return np.array([self.max_priority])
+        return np.array([self.max_priority, float(self.reference)])
 
     def _load_scalars(self, values: np.ndarray) -> None:
         self.max_priority = float(values[0])
+        self.reference = int(values[1]) if len(values) > 1 else 0
 
 
 class Recency(_TreeSampler):
