@@ -6,8 +6,8 @@ advance the policy version between two draws). Its knobs are one config dataclas
 the config loader under `replay.<knob>`. The sync loop, the threaded and Ray runtimes and the TRL
 trainer all drive a method through this interface and nothing else:
 
-- `batches(fresh)` once per round, a gradient step per yielded sample, `set_policy_version` after
-  each step;
+- `batches(fresh)` once per round, a gradient step per yielded sample, `observe_step(sample,
+  metrics)` with the learner's metrics for it and `set_policy_version` after each step;
 - `restart_due()` after a round (RLEP restarts from the base model);
 - `metrics()`, `save(dir)` / `load(dir)` for logs and checkpoints.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -136,6 +136,9 @@ class ReplayMethod(ABC):
         return "workers deliver rounds of fresh groups; the learner composes each round's batches"
 
     # ------------------------------------------------------------------ the loop's hooks
+    def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:  # noqa: B027
+        """The learner took a step on `sample` (one this method yielded) with these metrics."""
+
     def set_policy_version(self, version: int) -> None:
         self.table.set_policy_version(version)
 

@@ -8,7 +8,7 @@ method sees it (`prepare`), in the order they were registered.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from llm_replay.buffer import Sample
@@ -72,6 +72,9 @@ class ReplayPipeline:
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
         return self.method.batches(self.prepare(fresh))
+
+    def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
+        self.method.observe_step(sample, metrics)
 
     def set_policy_version(self, version: int) -> None:
         self.method.set_policy_version(version)

@@ -173,6 +173,7 @@ class AsyncLearner:
         if self.mode == "table":
             self.client.set_policy_version(version)
         else:
+            self.pipeline.observe_step(sample, step)
             self.pipeline.set_policy_version(version)
         table_seconds += time.perf_counter() - trained
         synced = 0.0

@@ -153,6 +153,7 @@ class SyncTrainer(RunLoop):
                 step = self.learner.step(sample) | sample_metrics(sample)
                 steps.append(step)
                 self.meter.add_training_step(len(sample), step)
+                self.replay.observe_step(sample, step)
                 self.replay.set_policy_version(self.learner.version)
         self._publish()
         self.iteration += 1
