@@ -67,6 +67,24 @@ class RunCurves:
         hits = np.flatnonzero(self.smoothed >= target - 1e-12)
         return float(self.compute(basis)[hits[0]]) if hits.size else None
 
+    @property
+    def seed(self) -> int | None:
+        """The seed of a run directory named `seed-S` (how `compare` lays runs out), else None."""
+        name = self.run_dir.name
+        return int(name[5:]) if name.startswith("seed-") and name[5:].isdigit() else None
+
+    def tail_slope(self, basis: str, share: float = 0.2) -> float | None:
+        """Slope of the smoothed accuracy over the last `share` of the run's compute, in accuracy
+        points per tenth of the run: how far from a plateau the run ended (None: too few evals)."""
+        x = self.compute(basis)
+        if len(x) < 3 or x[-1] <= 0:
+            return None
+        tail = x >= (1.0 - share) * x[-1]
+        if tail.sum() < 3:
+            return None
+        slope = np.polyfit(x[tail] / x[-1], 100.0 * self.smoothed[tail], 1)[0]
+        return float(slope / 10.0)
+
     def mean_train(self, key: str) -> float | None:
         values = [float(r[key]) for r in self.train_records if r.get(key) is not None]
         return float(np.mean(values)) if values else None
@@ -108,9 +126,17 @@ def median_interval(
     return [float(b) if np.isfinite(b) else None for b in bounds]
 
 
-def spread(values: Sequence[float]) -> dict[str, float]:
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min, max over seeds, and a bootstrap 95% interval of the median (2+ seeds)."""
     array = np.asarray(values, dtype=float)
-    return {"median": float(np.median(array)), "min": float(array.min()), "max": float(array.max())}
+    out: dict[str, Any] = {
+        "median": float(np.median(array)),
+        "min": float(array.min()),
+        "max": float(array.max()),
+    }
+    if len(array) > 1 and np.isfinite(array).all():
+        out["ci95"] = median_interval(list(array))
+    return out
 
 
 def on_grid(curves: Sequence[RunCurves], key: str, basis: str, grid: np.ndarray) -> np.ndarray:
@@ -139,7 +165,9 @@ def compare_methods(
     """Per method: accuracy, pass@k, entropy, μ, age, and compute to reach the baseline's final accuracy.
 
     Seeds are paired: seed s of a method is measured against seed s of the baseline (same prompt
-    order and sampling stream). The target of seed s is the baseline's smoothed final accuracy on
+    order and sampling stream), so the baseline must have run every seed a method has; methods may
+    have fewer seeds than the baseline (the plateau experiment gives the baseline and the two best
+    methods five, the others three). The target of seed s is the baseline's smoothed final accuracy on
     that seed, and the baseline's compute is what it took to first reach it. A method's ratio on a
     basis is the median over seeds of (its compute to reach the target ÷ the baseline's), with
     "never reached" counted as infinite: null when the median seed never got there; beside it, a
@@ -147,25 +175,27 @@ def compare_methods(
     """
     if baseline not in runs:
         raise ValueError(f"baseline = {baseline!r}: not among the methods {sorted(runs)}")
-    reference = runs[baseline]
-    targets = [r.smoothed[-1] for r in reference]
-    baseline_cost = {
-        b: [r.reach(t, b) for r, t in zip(reference, targets, strict=True)] for b in bases
-    }
+    reference = {_seed(r, i): r for i, r in enumerate(runs[baseline])}
+    target_of = {s: r.smoothed[-1] for s, r in reference.items()}
+    cost_of = {b: {s: r.reach(target_of[s], b) for s, r in reference.items()} for b in bases}
     methods: dict[str, Any] = {}
     for name, curves in runs.items():
-        if len(curves) != len(reference):
-            raise ValueError(f"{name}: {len(curves)} seeds, baseline has {len(reference)}")
+        seeds = [_seed(c, i) for i, c in enumerate(curves)]
+        missing = [s for s in seeds if s not in reference]
+        if missing:
+            raise ValueError(f"{name}: seed(s) {missing} have no baseline run to pair with")
         finals = [c.final for c in curves]
+        targets = [target_of[s] for s in seeds]
         reach = {b: [c.reach(t, b) for c, t in zip(curves, targets, strict=True)] for b in bases}
         per_seed = {
-            b: [_ratio(v, ref) for v, ref in zip(reach[b], baseline_cost[b], strict=True)]
+            b: [_ratio(v, cost_of[b][s]) for v, s in zip(reach[b], seeds, strict=True)]
             for b in bases
         }
         ratio = {b: median_or_none(per_seed[b]) for b in bases}
         pass_keys = sorted({k for f in finals for k in f if k.startswith("eval/pass@")})
         methods[name] = {
             "seeds": len(curves),
+            "seed_ids": seeds,
             "final_accuracy": spread([c.smoothed[-1] for c in curves]),
             "final_accuracy_last_eval": spread([f["eval/accuracy"] for f in finals]),
             "best_accuracy": spread([float(np.nanmax(c.smoothed)) for c in curves]),
@@ -174,6 +204,7 @@ def compare_methods(
             "mu_measured": median_or_none([c.records[-1].get("compute/mu") for c in curves]),
             "mean_sampled_age": median_or_none([c.mean_train("train/age_mean") for c in curves]),
             "gradient_steps": spread([float(c.steps[-1]) for c in curves]),
+            "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
             "compute_to_target_ratio": ratio,
             "compute_to_target_ratio_ci95": {b: median_interval(per_seed[b]) for b in bases},
@@ -182,8 +213,13 @@ def compare_methods(
         }
     return {
         "baseline": baseline,
-        "target_accuracy": float(np.median(targets)),
-        "target_accuracy_per_seed": [float(t) for t in targets],
-        "baseline_compute": {b: median_or_none(v) for b, v in baseline_cost.items()},
+        "target_accuracy": float(np.median(list(target_of.values()))),
+        "target_accuracy_per_seed": [float(t) for t in target_of.values()],
+        "baseline_compute": {b: median_or_none(list(v.values())) for b, v in cost_of.items()},
         "methods": methods,
     }
+
+
+def _seed(run: RunCurves, index: int) -> int:
+    seed = run.seed
+    return index if seed is None else seed

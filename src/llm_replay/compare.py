@@ -4,9 +4,14 @@ An experiment file names the methods (a preset plus overrides each), the seeds, 
 chosen compute basis (`budget_basis`: measured seconds by default, or a cost basis such as `mu_5`),
 how often to evaluate on that basis (so every method is evaluated at the same compute points), the
 baseline and the bases to report compute on. Runs go one after another so they share the machine
-fairly; each writes its own run directory (`OUT/METHOD/seed-S`). The summary (`OUT/summary.json`)
-and the plots are derived from the logs alone, so `llm-replay report` redraws them without
-re-running. A run whose summary exists is skipped, so an interrupted comparison resumes.
+fairly, seed by seed (every method's first seed before any second seed); each writes its own run
+directory (`OUT/METHOD/seed-S`). A method may name its own `seeds` (more for the baseline and the
+best methods). The summary (`OUT/summary.json`) and the plots are derived from the logs alone, so
+`llm-replay report` redraws them without re-running, from whatever runs have finished. A run whose
+summary exists is skipped, so an interrupted comparison resumes; with `archive: DIR` every
+finished run is also copied there in compact form (`llm_replay.archive`), and a run found there is
+restored instead of re-run, so a comparison spread over sessions and machines resumes from a
+committed directory.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 import yaml
 
 from llm_replay.analysis import RunCurves, compare_methods
+from llm_replay.archive import archive_run, restore_run
 from llm_replay.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
@@ -33,6 +39,7 @@ class Method:
     config: str
     overrides: tuple[str, ...] = ()
     backend: str = "native"
+    seeds: tuple[int, ...] | None = None  # None: the experiment's seeds
 
 
 @dataclass(frozen=True)
@@ -48,10 +55,20 @@ class Experiment:
     bases: tuple[str, ...] = ("measured", "mu_5", "rollouts")
     mu_curve: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
     overrides: tuple[str, ...] = ()
+    archive: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def run_dir(self, method: str, seed: int) -> Path:
         return self.out / method / f"seed-{seed}"
+
+    def seeds_of(self, method: Method) -> tuple[int, ...]:
+        return method.seeds if method.seeds is not None else self.seeds
+
+    def planned(self) -> list[tuple[Method, int]]:
+        """Every (method, seed), seed-major, the baseline first within a seed."""
+        order = sorted(self.methods, key=lambda m: m.name != self.baseline)
+        seeds = sorted({s for m in self.methods for s in self.seeds_of(m)})
+        return [(m, s) for s in seeds for m in order if s in self.seeds_of(m)]
 
     @property
     def all_bases(self) -> tuple[str, ...]:
@@ -71,6 +88,7 @@ KEYS = {
     "mu_curve",
     "set",
     "quick",
+    "archive",
 }
 
 
@@ -101,16 +119,29 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
             raise ConfigError(
                 f"methods.{name}: expected a mapping with 'config' (and optional 'set', 'backend')"
             )
-        unknown_spec = set(spec) - {"config", "set", "backend"}
+        unknown_spec = set(spec) - {"config", "set", "backend", "seeds"}
         if unknown_spec:
             raise ConfigError(
                 f"methods.{name}: unknown key(s) {sorted(unknown_spec)}; "
-                "expected config, set, backend"
+                "expected config, set, backend, seeds"
             )
         backend = str(spec.get("backend", "native"))
         if backend not in BACKENDS:
             raise ConfigError(f"methods.{name}.backend = {backend!r}: choose one of {BACKENDS}")
-        methods.append(Method(str(name), str(spec["config"]), tuple(spec.get("set", [])), backend))
+        own_seeds = spec.get("seeds")
+        if own_seeds is not None:
+            _check_seeds(f"methods.{name}.seeds", own_seeds)
+            if quick:  # a quick run keeps the quick section's seeds for every method
+                own_seeds = None
+        methods.append(
+            Method(
+                str(name),
+                str(spec["config"]),
+                tuple(spec.get("set", [])),
+                backend,
+                None if own_seeds is None else tuple(own_seeds),
+            )
+        )
     if not methods:
         raise ConfigError(f"{path}: methods: at least one method")
     for key in ("budget", "eval_every"):
@@ -118,11 +149,21 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise ConfigError(f"{key} = {value!r}: must be a number > 0")
     seeds = data.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise ConfigError(f"seeds = {seeds!r}: must be a non-empty list of integers")
+    _check_seeds("seeds", seeds)
     baseline = data.get("baseline", methods[0].name)
     if baseline not in {m.name for m in methods}:
         raise ConfigError(f"baseline = {baseline!r}: not among the methods")
+    base_seeds = set(next(m for m in methods if m.name == baseline).seeds or seeds)
+    for m in methods:
+        unpaired = sorted(set(m.seeds or seeds) - base_seeds)
+        if unpaired:
+            raise ConfigError(
+                f"methods.{m.name}.seeds: {unpaired} not among the baseline's seeds "
+                "(seeds are paired with the baseline's)"
+            )
+    archive = data.get("archive")
+    if archive is not None and not isinstance(archive, str):
+        raise ConfigError(f"archive = {archive!r}: must be a directory path")
     return Experiment(
         name=str(data.get("name", path.stem)),
         out=Path(out or data.get("out", f"runs/{path.stem}")) / ("quick" if quick else "full"),
@@ -135,7 +176,13 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
         bases=tuple(data.get("bases", ("measured", "mu_5", "rollouts"))),
         mu_curve=tuple(float(m) for m in data.get("mu_curve", (0.5, 1, 2, 5, 10))),
         overrides=tuple(data.get("set", [])),
+        archive=None if archive is None or quick else Path(archive),
     )
+
+
+def _check_seeds(key: str, seeds: Any) -> None:
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError(f"{key} = {seeds!r}: must be a non-empty list of integers")
 
 
 def run_config(experiment: Experiment, method: Method, seed: int) -> Any:
@@ -177,12 +224,14 @@ def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str
     """Run every method × seed not yet done, then summarise and plot."""
     from llm_replay.training import console, run_training
 
-    configs = [
-        (m, s, run_config(experiment, m, s)) for s in experiment.seeds for m in experiment.methods
-    ]
+    configs = [(m, s, run_config(experiment, m, s)) for m, s in experiment.planned()]
     for index, (method, seed, config) in enumerate(configs, start=1):
+        if experiment.archive is not None:
+            restore_run(experiment.archive, config.run_dir, method.name, seed)
         if (config.run_dir / SUMMARY).is_file():
             log.info("%s seed %d: done before, skipped", method.name, seed)
+            if experiment.archive is not None:
+                archive_run(config.run_dir, experiment.archive, method.name, seed)
             continue
         console.rule(f"[bold]{index}/{len(configs)}[/] {method.name} · seed {seed}")
         if method.backend == "trl":
@@ -191,16 +240,28 @@ def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str
             run_trl(config, show_progress=progress)
         else:
             run_training(config, show_progress=progress)
+        if experiment.archive is not None:
+            archive_run(config.run_dir, experiment.archive, method.name, seed)
     return summarise(experiment)
 
 
 def summarise(experiment: Experiment) -> dict[str, Any]:
     from llm_replay.report import plot_experiment
 
-    runs = {
-        m.name: [RunCurves.load(experiment.run_dir(m.name, s)) for s in experiment.seeds]
-        for m in experiment.methods
-    }
+    runs: dict[str, list[RunCurves]] = {}
+    missing: list[str] = []
+    for method, seed in experiment.planned():
+        run_dir = experiment.run_dir(method.name, seed)
+        if experiment.archive is not None:
+            restore_run(experiment.archive, run_dir, method.name, seed)
+        if (run_dir / SUMMARY).is_file():
+            runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
+        else:
+            missing.append(f"{method.name}/seed-{seed}")
+    if experiment.baseline not in runs:
+        raise ConfigError(
+            f"baseline {experiment.baseline!r}: no finished run yet; nothing to compare against"
+        )
     summary = compare_methods(runs, baseline=experiment.baseline, bases=experiment.all_bases)
     summary["experiment"] = {
         "name": experiment.name,
@@ -211,10 +272,16 @@ def summarise(experiment: Experiment) -> dict[str, Any]:
         "bases": list(experiment.bases),
         "mu_curve": list(experiment.mu_curve),
         "methods": {
-            m.name: {"config": m.config, "set": list(m.overrides), "backend": m.backend}
+            m.name: {
+                "config": m.config,
+                "set": list(m.overrides),
+                "backend": m.backend,
+                "seeds": list(experiment.seeds_of(m)),
+            }
             for m in experiment.methods
         },
         "set": list(experiment.overrides),
+        "unfinished_runs": missing,
     }
     experiment.out.mkdir(parents=True, exist_ok=True)
     (experiment.out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")

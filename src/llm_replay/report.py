@@ -148,8 +148,9 @@ def plot_experiment(
     """The comparison's PNGs: accuracy vs compute (measured and μ = 5), vs steps, entropy, pass@k, ratio vs μ."""
     plt = _pyplot()
     out: Path = experiment.out
-    seeds = len(experiment.seeds)
-    band = f"median over {seeds} seeds, band = min–max" if seeds > 1 else "one seed"
+    counts = sorted({len(c) for c in runs.values()})
+    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    band = f"median over {seeds} seeds, band = min–max" if counts[-1] > 1 else "one seed"
     paths: list[Path] = []
     styles = _styles(list(runs), summary["baseline"])
 
@@ -225,4 +226,46 @@ def plot_experiment(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     _save(fig, out / "ratio_vs_mu.png", paths)
+    paths.append(plot_replay_dynamics(experiment.name, runs, styles, out / "replay_dynamics.png"))
     return paths
+
+
+DYNAMICS = (
+    ("train/age_mean", "mean age of trained rollouts (learner steps)"),
+    ("train/replayed_fraction", "share of trained rollouts drawn before"),
+    ("replay/auto_ratio", "replay ratio y chosen by `auto`"),
+)
+
+
+def plot_replay_dynamics(
+    name: str, runs: dict[str, list[RunCurves]], styles: dict[str, dict[str, Any]], path: Path
+) -> Path:
+    """Per method over the run: how old the trained rollouts were, how many were reused, and the
+    y that `auto` chose (median over seeds of each iteration's value; rolling mean of 10)."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(16, 4.5), dpi=120)
+    for ax, (key, label) in zip(axes, DYNAMICS, strict=True):
+        drawn = False
+        for method, curves in runs.items():
+            series = [
+                [float(r[key]) for r in c.train_records if r.get(key) is not None] for c in curves
+            ]
+            length = min((len(v) for v in series), default=0)
+            if length == 0:
+                continue
+            values = np.median(np.array([v[:length] for v in series]), axis=0)
+            window = min(10, length)
+            smooth = np.convolve(values, np.ones(window) / window, mode="valid")
+            ax.plot(np.arange(len(smooth)) + window, smooth, label=method, **styles[method])
+            drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "no method logs this", transform=ax.transAxes, ha="center")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, ncol=2)
+    fig.suptitle(f"{name}: replay over the run (median over seeds, rolling mean of 10 iterations)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

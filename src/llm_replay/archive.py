@@ -1,0 +1,95 @@
+"""Compact copies of finished runs, for committing an experiment's results as they come in.
+
+A long comparison runs over several sessions and machines. `archive_run` copies a finished run's
+`summary.json` and a gzipped `metrics.jsonl` holding every evaluation record and, of the training
+records, only the keys the summaries and plots read (`TRAIN_KEYS`): tens of KB per run instead of
+a megabyte. `restore_run` writes them back into an empty run directory, so `compare` counts the run
+as done and `report` redraws from it. Archives hold JSON only, written atomically.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from llm_replay.metrics.logging import METRICS_FILE, read_log
+
+SUMMARY_FILE = "summary.json"
+ARCHIVED_METRICS = "metrics.jsonl.gz"
+TRAIN_KEYS = (
+    "kind",
+    "iteration",
+    "steps",
+    "train/age_mean",
+    "train/age_max",
+    "train/replayed_fraction",
+    "train/rollouts",
+    "buffer/stored_reuse_mean",
+    "buffer/sampled_age_mean",
+    "replay/auto_ratio",
+    "replay/auto_rho",
+    "replay/auto_rho_per_step",
+    "loss/kl_behaviour",
+    "loss/clip_fraction",
+    "generation/entropy",
+    "compute/mu",
+)
+
+
+def archived_dir(archive: Path, method: str, seed: int) -> Path:
+    return Path(archive) / method / f"seed-{seed}"
+
+
+def compact_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every non-training record whole; training records cut to `TRAIN_KEYS`."""
+    out = []
+    for record in records:
+        if record.get("kind") == "train":
+            record = {k: v for k, v in record.items() if k in TRAIN_KEYS}
+        out.append(record)
+    return out
+
+
+def archive_run(run_dir: Path, archive: Path, method: str, seed: int) -> Path | None:
+    """Copy a finished run (its summary exists) into the archive, unless it is there already."""
+    run_dir = Path(run_dir)
+    target = archived_dir(archive, method, seed)
+    if not (run_dir / SUMMARY_FILE).is_file() or (target / SUMMARY_FILE).is_file():
+        return None
+    lines = "".join(
+        json.dumps(r, sort_keys=True) + "\n" for r in compact_records(read_log(run_dir))
+    )
+    target.mkdir(parents=True, exist_ok=True)
+    _atomic_write(target / ARCHIVED_METRICS, gzip.compress(lines.encode(), mtime=0))
+    _atomic_write(target / SUMMARY_FILE, (run_dir / SUMMARY_FILE).read_bytes())
+    return target
+
+
+def restore_run(archive: Path, run_dir: Path, method: str, seed: int) -> bool:
+    """Write an archived run back into `run_dir` if it is not finished there; True if restored."""
+    source = archived_dir(archive, method, seed)
+    run_dir = Path(run_dir)
+    if (run_dir / SUMMARY_FILE).is_file() or not (source / SUMMARY_FILE).is_file():
+        return False
+    if run_dir.exists():  # an unfinished local attempt: the archived run replaces it
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    _atomic_write(run_dir / METRICS_FILE, gzip.decompress((source / ARCHIVED_METRICS).read_bytes()))
+    _atomic_write(run_dir / SUMMARY_FILE, (source / SUMMARY_FILE).read_bytes())
+    return True
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
