@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: demo test lint bench bench-async bench-quick experiment experiment-quick format clean
+.PHONY: demo test lint bench bench-async bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,12 @@ experiment: $(STAMP)
 
 experiment-quick: $(STAMP)
 	$(VENV)/bin/llm-replay compare configs/experiment.yaml --quick
+
+experiment-spell: $(STAMP)
+	$(VENV)/bin/llm-replay compare configs/experiment_spell.yaml
+
+experiment-spell-quick: $(STAMP)
+	$(VENV)/bin/llm-replay compare configs/experiment_spell.yaml --quick
 
 bench: $(STAMP)
 	$(PY) benchmarks/buffer.py --json docs/bench_buffer.json

@@ -222,7 +222,7 @@ def test_quick_experiment_from_scratch(tmp_path: Path, monkeypatch: pytest.Monke
         == 0
     )
     summary = json.loads((tmp_path / "quick" / "summary.json").read_text())
-    assert len(summary["methods"]) == 5
+    assert len(summary["methods"]) == 4
     base = summary["methods"]["on_policy"]["compute_to_target"]
     for stats in summary["methods"].values():  # one seed: the ratio is the quotient of costs
         for basis, ratio in stats["compute_to_target_ratio"].items():
@@ -233,7 +233,7 @@ def test_quick_experiment_from_scratch(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("quick", [False, True])
-@pytest.mark.parametrize("name", ["experiment", "experiment_async"])
+@pytest.mark.parametrize("name", ["experiment", "experiment_spell", "experiment_async"])
 def test_shipped_experiment_file_validates(
     name: str, quick: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -245,6 +245,9 @@ def test_shipped_experiment_file_validates(
     for method in experiment.methods:
         config = run_config(experiment, method, experiment.seeds[0])
         assert config.train.compute_budget == experiment.budget
+        if name == "experiment_spell":  # the task and its model are set for every method
+            assert config.task.dataset == "spell_backward"
+            assert config.model.path == "builtin:tiny-spell-backward"
 
 
 @pytest.mark.parametrize("quick", [False, True])

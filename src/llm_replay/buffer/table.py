@@ -34,20 +34,9 @@ from llm_replay.buffer.arguments import batch_size_arg, keys_arg, pad_id_arg, ti
 from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, write_atomic_dir
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.gather import PinnedRows
-from llm_replay.buffer.rate_limit import (
-    MinSize,
-    RateLimiter,
-    RateLimiterTimeout,
-    TableClosed,
-)
+from llm_replay.buffer.rate_limit import MinSize, RateLimiter, RateLimiterTimeout, TableClosed
 from llm_replay.buffer.sample import Sample
-from llm_replay.buffer.samplers import (
-    Fifo,
-    PositiveBiased,
-    Prioritized,
-    Sampler,
-    Uniform,
-)
+from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Sampler, Uniform
 from llm_replay.buffer.stats import TableCounters, TableStats
 from llm_replay.buffer.storage import RolloutStorage, batch_nbytes
 from llm_replay.buffer.table_state import restore_table, table_arguments, table_state, table_stats
@@ -336,28 +325,24 @@ class ReplayTable:
 
     def get(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
         """Read stored rollouts by key without counting a sample; also returns which keys exist."""
-        key_array = keys_arg(keys)
-        pad = pad_id_arg(pad_id)
-        with self._cond:
-            slots, found = self.storage.slots_of(key_array)
-            hit = slots[found]
-            pin, rows = self.storage.pin(hit)
-            columns = self._sample_columns(hit, np.ones(len(hit)), count=False)
-        return self._gather(pin, rows, columns, pad), found
+        return self._by_key(keys, pad_id, count=False)
 
     def take(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
-        """Draw the stored rollouts with these keys, counted like `sample` (times sampled, ages,
-        eviction by `max_times_sampled`): for methods that choose rollouts themselves. Also
-        returns which keys were found; missing ones are skipped."""
-        key_array = keys_arg(keys)
-        pad = pad_id_arg(pad_id)
+        """Draw the rollouts with these keys, counted like `sample` (times sampled, ages, eviction
+        by `max_times_sampled`), for methods that choose rollouts themselves; missing keys are
+        skipped and the second value says which were found."""
+        return self._by_key(keys, pad_id, count=True)
+
+    def _by_key(self, keys: Any, pad_id: int, *, count: bool) -> tuple[Sample, Any]:
+        key_array, pad = keys_arg(keys), pad_id_arg(pad_id)
         with self._cond:
             slots, found = self.storage.slots_of(key_array)
             hit = slots[found]
             pin, rows = self.storage.pin(hit)
-            columns = self._sample_columns(hit, np.ones(len(hit)), count=True)
-            self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
-            self._cond.notify_all()
+            columns = self._sample_columns(hit, np.ones(len(hit)), count=count)
+            if count:
+                self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
+                self._cond.notify_all()
         return self._gather(pin, rows, columns, pad), found
 
     # ----------------------------------------------------------------- updates
