@@ -32,11 +32,13 @@ import numpy.typing as npt
 
 from llm_replay.buffer.arguments import batch_size_arg, keys_arg, pad_id_arg, timeout_arg
 from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, write_atomic_dir
+from llm_replay.buffer.durable import Journaled, OperationLog
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.gather import PinnedRows
+from llm_replay.buffer.presets import TablePresets
 from llm_replay.buffer.rate_limit import MinSize, RateLimiter, RateLimiterTimeout, TableClosed
 from llm_replay.buffer.sample import Sample
-from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Sampler, Uniform
+from llm_replay.buffer.samplers import Sampler, Uniform
 from llm_replay.buffer.stats import TableCounters, TableStats
 from llm_replay.buffer.storage import RolloutStorage, batch_nbytes
 from llm_replay.buffer.table_state import restore_table, table_arguments, table_state, table_stats
@@ -47,7 +49,7 @@ logger = logging.getLogger(__name__)
 I64 = npt.NDArray[np.int64]
 
 
-class ReplayTable:
+class ReplayTable(TablePresets, Journaled):
     """A replay table. Construct directly, or with a preset classmethod (`queue`, `uniform`, ...)."""
 
     def __init__(
@@ -99,62 +101,7 @@ class ReplayTable:
         self._version = 0
         self.counters = TableCounters()
         self._evictions = dict.fromkeys(REASONS, 0)
-
-    # ----------------------------------------------------------------- presets
-    @classmethod
-    def queue(
-        cls,
-        max_rollouts: int,
-        *,
-        max_insert_batch: int | None = None,
-        max_sample_batch: int | None = None,
-        **kwargs: Any,
-    ) -> ReplayTable:
-        """The on-policy queue: oldest first, each rollout used once; a full queue blocks inserts.
-
-        Inserts of up to `max_insert_batch` and samples of up to `max_sample_batch` rollouts
-        (default: half the queue each) are admitted; their sum must fit in the queue.
-        """
-        insert_batch = max_insert_batch or max(1, max_rollouts // 2)
-        sample_batch = max_sample_batch or max(1, max_rollouts - insert_batch)
-        limiter = RateLimiter(
-            samples_per_insert=1.0,
-            min_size_to_sample=1,
-            min_diff=0.0,
-            max_diff=float(max_rollouts),
-            max_insert_batch=insert_batch,
-            max_sample_batch=sample_batch,
-        )
-        kwargs.setdefault("rate_limiter", limiter)
-        return cls(max_rollouts, sampler=Fifo(), max_times_sampled=1, **kwargs)
-
-    @classmethod
-    def uniform(cls, max_rollouts: int, *, replacement: bool = True, **kwargs: Any) -> ReplayTable:
-        """FIFO buffer of size N, uniform sampling without removal (arXiv 2604.08706)."""
-        return cls(max_rollouts, sampler=Uniform(replacement=replacement), **kwargs)
-
-    @classmethod
-    def positive_biased(
-        cls, max_rollouts: int, *, delta: float = 0.5, **kwargs: Any
-    ) -> ReplayTable:
-        """Freshest (1-δ)N plus freshest δN correct rollouts, uniform draws (arXiv 2604.08706)."""
-        return cls(max_rollouts, sampler=PositiveBiased(delta=delta), **kwargs)
-
-    @classmethod
-    def prioritized(
-        cls,
-        max_rollouts: int,
-        *,
-        alpha: float = 0.5,
-        beta: float = 0.4,
-        max_age: int | None = 10,
-        decay_steps: float | None = None,
-        **kwargs: Any,
-    ) -> ReplayTable:
-        """|A|-prioritized rollouts with age eviction (arXiv 2606.04560: α=0.5, τ_max=10);
-        `decay_steps` = τ multiplies each mass by exp(−age/τ) (FreshPER, arXiv 2604.16918)."""
-        sampler = Prioritized(alpha=alpha, beta=beta, decay_steps=decay_steps)
-        return cls(max_rollouts, sampler=sampler, max_age=max_age, **kwargs)
+        self._log: OperationLog | None = None  # set by `open` (durable tables)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -211,29 +158,35 @@ class ReplayTable:
         self.sampler.check_insert(batch)
         with self._cond:
             self._wait(lambda: self._can_insert(n), wait, f"insert of {n} rollouts")
-            evict, keep = self.sampler.admit(batch)
-            self._evict(evict, "retention")
-            stored = batch
-            if keep is not None and not keep.all():
-                stored = batch.select(np.flatnonzero(keep))
-                self._evictions["retention"] += n - len(stored)
-            for reason, slots in self.eviction.for_capacity(
-                self.storage, len(stored), stored.num_tokens, batch_nbytes(stored)
-            ):
-                self._evict(slots, reason)
-            slots = self.storage.add(stored, self._version) if len(stored) else EMPTY
-            keys = np.full(n, -1, dtype=np.int64)
-            # before any rule below can evict (and re-key) them
-            keys[slice(None) if keep is None else keep] = self.storage.keys_of(slots)
-            self.sampler.on_insert(slots)
-            self.counters.inserts += n
-            self.counters.insert_calls += 1
-            if self.eviction.max_age is not None:
-                stale = slots[
-                    self.storage.policy_version[slots] < self._version - self.eviction.max_age
-                ]
-                self._evict(stale, "max_age")
+            keys = self._apply_insert(batch)
+            self._journal("insert", batch=batch)
             self._cond.notify_all()
+        return keys
+
+    def _apply_insert(self, batch: RolloutBatch) -> I64:
+        n = len(batch)
+        evict, keep = self.sampler.admit(batch)
+        self._evict(evict, "retention")
+        stored = batch
+        if keep is not None and not keep.all():
+            stored = batch.select(np.flatnonzero(keep))
+            self._evictions["retention"] += n - len(stored)
+        for reason, slots in self.eviction.for_capacity(
+            self.storage, len(stored), stored.num_tokens, batch_nbytes(stored)
+        ):
+            self._evict(slots, reason)
+        slots = self.storage.add(stored, self._version) if len(stored) else EMPTY
+        keys = np.full(n, -1, dtype=np.int64)
+        # before any rule below can evict (and re-key) them
+        keys[slice(None) if keep is None else keep] = self.storage.keys_of(slots)
+        self.sampler.on_insert(slots)
+        self.counters.inserts += n
+        self.counters.insert_calls += 1
+        if self.eviction.max_age is not None:
+            stale = slots[
+                self.storage.policy_version[slots] < self._version - self.eviction.max_age
+            ]
+            self._evict(stale, "max_age")
         return keys
 
     # ----------------------------------------------------------------- sample
@@ -250,12 +203,17 @@ class ReplayTable:
             )
         with self._cond:
             self._wait(lambda: self._can_sample(n), wait, f"sample of {n} rollouts")
-            slots, probabilities = self.sampler.sample(n, self._rng)
-            pin, rows = self.storage.pin(slots)
-            columns = self._sample_columns(slots, probabilities, count=True)
-            self._evict(self.eviction.for_times_sampled(self.storage, slots), "max_times_sampled")
+            pin, rows, columns = self._apply_sample(n)
+            self._journal("sample", n=n)
             self._cond.notify_all()
         return self._gather(pin, rows, columns, pad)
+
+    def _apply_sample(self, n: int) -> tuple[int, PinnedRows, dict[str, Any]]:
+        slots, probabilities = self.sampler.sample(n, self._rng)
+        pin, rows = self.storage.pin(slots)
+        columns = self._sample_columns(slots, probabilities, count=True)
+        self._evict(self.eviction.for_times_sampled(self.storage, slots), "max_times_sampled")
+        return pin, rows, columns
 
     def _starved(self) -> bool:
         """The sample side cannot be served for lack of rollouts (so inserts must pass)."""
@@ -336,14 +294,20 @@ class ReplayTable:
     def _by_key(self, keys: Any, pad_id: int, *, count: bool) -> tuple[Sample, Any]:
         key_array, pad = keys_arg(keys), pad_id_arg(pad_id)
         with self._cond:
-            slots, found = self.storage.slots_of(key_array)
-            hit = slots[found]
-            pin, rows = self.storage.pin(hit)
-            columns = self._sample_columns(hit, np.ones(len(hit)), count=count)
+            pin, rows, columns, found = self._apply_take(key_array, count=count)
             if count:
-                self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
+                self._journal("take", keys=key_array)
                 self._cond.notify_all()
         return self._gather(pin, rows, columns, pad), found
+
+    def _apply_take(self, keys: I64, *, count: bool) -> tuple[int, PinnedRows, Any, Any]:
+        slots, found = self.storage.slots_of(keys)
+        hit = slots[found]
+        pin, rows = self.storage.pin(hit)
+        columns = self._sample_columns(hit, np.ones(len(hit)), count=count)
+        if count:
+            self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
+        return pin, rows, columns, found
 
     # ----------------------------------------------------------------- updates
     def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
@@ -356,9 +320,14 @@ class ReplayTable:
         if values.shape != key_array.shape:
             raise ValueError(f"priorities has shape {values.shape}, keys has {key_array.shape}")
         with self._cond:
-            slots, found = self.storage.slots_of(key_array)
-            self.sampler.update_priorities(slots[found], values[found])
-            return int(found.sum())
+            updated = self._apply_priorities(key_array, values)
+            self._journal("priorities", keys=key_array, priorities=values)
+            return updated
+
+    def _apply_priorities(self, keys: I64, values: npt.NDArray[np.float64]) -> int:
+        slots, found = self.storage.slots_of(keys)
+        self.sampler.update_priorities(slots[found], values[found])
+        return int(found.sum())
 
     def set_policy_version(self, version: int) -> int:
         """Advance the learner's policy version; evicts rollouts past `max_age`. Returns evictions."""
@@ -370,21 +339,31 @@ class ReplayTable:
                     f"version = {version}: policy versions only move forward "
                     f"(table is at {self._version})"
                 )
-            self._version = int(version)
-            stale = self.eviction.for_age(self.storage, self._version)
-            self._evict(stale, "max_age")
+            evicted = self._apply_version(int(version))
+            self._journal("version", version=int(version))
             self._cond.notify_all()
-            return len(stale)
+            return evicted
+
+    def _apply_version(self, version: int) -> int:
+        self._version = version
+        stale = self.eviction.for_age(self.storage, self._version)
+        self._evict(stale, "max_age")
+        return len(stale)
 
     def remove(self, keys: npt.ArrayLike) -> int:
         """Remove stored rollouts by key (missing keys are ignored). Returns how many."""
         key_array = keys_arg(keys)
         with self._cond:
-            slots, found = self.storage.slots_of(key_array)
-            hit = np.unique(slots[found])
-            self._evict(hit, "removed")
+            removed = self._apply_remove(key_array)
+            self._journal("remove", keys=key_array)
             self._cond.notify_all()
-            return len(hit)
+            return removed
+
+    def _apply_remove(self, keys: I64) -> int:
+        slots, found = self.storage.slots_of(keys)
+        hit = np.unique(slots[found])
+        self._evict(hit, "removed")
+        return len(hit)
 
     def _evict(self, slots: I64, reason: str) -> None:
         if len(slots) == 0:
@@ -444,9 +423,12 @@ class ReplayTable:
             self._cond.wait(remaining)
 
     def close(self) -> None:
-        """Refuse further calls and wake every blocked caller (they raise TableClosed)."""
+        """Refuse further calls and wake every blocked caller (they raise TableClosed); a durable
+        table's log is flushed to disk and closed."""
         with self._cond:
             self._closed = True
+            if self._log is not None:
+                self._log.close()
             self._cond.notify_all()
 
     # ----------------------------------------------------------------- stats
@@ -478,6 +460,10 @@ class ReplayTable:
         """(JSON-serialisable manifest, named arrays) describing this table exactly."""
         with self._cond:
             return table_state(self)
+
+    def state_unlocked(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """`state()` for a caller that holds the table's lock."""
+        return table_state(self)
 
     @classmethod
     def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> ReplayTable:

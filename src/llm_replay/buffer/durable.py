@@ -1,0 +1,363 @@
+"""Crash-durable tables: a snapshot plus an append-only, checksummed log of every change since.
+
+`ReplayTable.open(DIR, ...)` gives a table whose every state change (insert, sample, take,
+priority update, policy version, remove) is appended to a log in DIR before the call returns, in
+the order the table applied them under its lock. Reopening DIR loads the snapshot and replays the
+log, so the table comes back exactly: contents, order, keys, sampler and eviction state, counters
+and RNG — its next samples equal those an uninterrupted table would draw.
+
+Layout::
+
+    DIR/snapshot/               a table checkpoint (`checkpoint.py`), manifest holds `lsn`
+    DIR/log/LSN.seg             segments; LSN = the sequence number of the segment's first record
+
+A record is `MAGIC | lsn u64 | header length u32 | data length u64 | CRC-32 u32`, then a JSON
+header (the operation and its scalars, and for each array its dtype, shape and byte range) and
+the arrays' raw bytes; the CRC covers header and data. No pickle anywhere. A record whose length
+runs past the end of the last segment, or whose CRC does not match there, is a torn write from a
+crash: it is dropped (the file is cut back to the last whole record), never half-read. The same
+damage anywhere else is corruption and raises `CheckpointError` naming the file and offset.
+
+**Durability policy** (`fsync`): every write reaches the operating system before the call
+returns, so a killed process loses nothing that returned. What `fsync` adds is survival of a
+power or kernel failure: `"always"` (the default) fsyncs the log on every insert, which costs a
+few milliseconds against the seconds to hours of generation an insert of rollouts represents;
+`"every"` fsyncs every `fsync_every` inserts (at most that many minus one lost); `"never"`
+leaves it to the operating system. Sample and version records ride along with the next insert's
+fsync (after a power failure the table may come back a few draws behind, never with a rollout
+missing that an acknowledged insert added).
+
+**Compaction.** `checkpoint()` writes a new snapshot atomically (it records the last sequence
+number it contains), starts a new segment and deletes the older ones; a crash in between leaves
+old segments whose records are all at or below the snapshot's number, and replay skips them. The
+log is also compacted on its own once it holds `compact_bytes` since the last snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from llm_replay.buffer.checkpoint import (
+    CheckpointError,
+    read_checkpoint_dir,
+    resolve_checkpoint,
+    write_atomic_dir,
+)
+from llm_replay.rollout import RolloutBatch
+
+if TYPE_CHECKING:
+    from llm_replay.buffer.table import ReplayTable
+
+MAGIC = b"LRJ1"
+HEAD = struct.Struct("<4sQIQI")  # magic, lsn, header length, data length, crc32
+SNAPSHOT = "snapshot"
+LOG = "log"
+FSYNC_POLICIES = ("always", "every", "never")
+BATCH_ARRAYS = (
+    "prompt_ids",
+    "prompt_lengths",
+    "completion_ids",
+    "completion_lengths",
+    "behaviour_logprobs",
+    "rewards",
+    "advantages",
+    "group_ids",
+    "policy_versions",
+    "correct",
+    "finish_reasons",
+    "task_codes",
+)
+
+
+def encode_record(lsn: int, op: str, fields: dict[str, Any]) -> bytes:
+    """One log record: `op` with its scalar fields and numpy / RolloutBatch fields."""
+    header: dict[str, Any] = {"op": op, "scalars": {}, "arrays": []}
+    chunks: list[bytes] = []
+    offset = 0
+
+    def add(name: str, array: np.ndarray) -> None:
+        nonlocal offset
+        data = np.ascontiguousarray(array).tobytes()
+        header["arrays"].append([name, array.dtype.str, list(array.shape), offset, len(data)])
+        chunks.append(data)
+        offset += len(data)
+
+    for name, value in fields.items():
+        if isinstance(value, RolloutBatch):
+            for column in BATCH_ARRAYS:
+                add(f"{name}.{column}", getattr(value, column))
+            header["scalars"][f"{name}.task_names"] = list(value.task_names)
+            header["scalars"][f"{name}.allow_empty"] = bool(value.allow_empty)
+        elif isinstance(value, np.ndarray):
+            add(name, value)
+        else:
+            header["scalars"][name] = value
+    head = json.dumps(header, separators=(",", ":")).encode()
+    data = b"".join(chunks)
+    crc = zlib.crc32(data, zlib.crc32(head))
+    return HEAD.pack(MAGIC, lsn, len(head), len(data), crc) + head + data
+
+
+def decode_fields(header: dict[str, Any], data: bytes) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+    for name, dtype, shape, offset, size in header["arrays"]:
+        kind = np.dtype(dtype)
+        count = size // kind.itemsize
+        arrays[name] = np.frombuffer(data, dtype=kind, count=count, offset=offset).reshape(shape)
+    batches = {name.split(".")[0] for name in arrays if "." in name}
+    for batch in batches:
+        columns = {c: arrays.pop(f"{batch}.{c}") for c in BATCH_ARRAYS}
+        fields[batch] = RolloutBatch(
+            **columns,
+            task_names=tuple(header["scalars"].pop(f"{batch}.task_names")),
+            allow_empty=header["scalars"].pop(f"{batch}.allow_empty"),
+        )
+    fields.update(arrays)
+    fields.update(header["scalars"])
+    return fields
+
+
+def read_segment(path: Path, *, last: bool) -> Iterator[tuple[int, int, str, dict[str, Any]]]:
+    """(end offset, lsn, op, fields) of every whole record. A bad record that ends the last
+    segment is a torn write and ends the iteration (the caller truncates there); any other bad
+    record is corruption and raises."""
+    data = path.read_bytes()
+    offset = 0
+    while offset < len(data):
+        problem, end, torn = None, len(data), True
+        if len(data) - offset < HEAD.size:
+            problem = "a record header cut short"
+        else:
+            magic, lsn, head_len, data_len, crc = HEAD.unpack_from(data, offset)
+            start = offset + HEAD.size
+            end = start + head_len + data_len
+            if magic != MAGIC:  # a zero-filled tail is what a power cut can leave
+                problem, torn = "no record marker", not any(data[offset:])
+            elif end > len(data):
+                problem = "a record cut short"
+            elif (
+                zlib.crc32(data[start + head_len : end], zlib.crc32(data[start : start + head_len]))
+                != crc
+            ):
+                problem, torn = "a record whose checksum does not match", end == len(data)
+        if problem is not None:
+            if last and torn:
+                return
+            raise CheckpointError(f"{path}: {problem} at byte {offset}")
+        header = json.loads(data[start : start + head_len])
+        yield end, lsn, header["op"], decode_fields(header, data[start + head_len : end])
+        offset = end
+
+
+class OperationLog:
+    """The append side of a durable table's log (one open segment, written with os.write)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        next_lsn: int,
+        *,
+        fsync: str = "always",
+        fsync_every: int = 16,
+        compact_bytes: int = 1 << 30,
+    ) -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync = {fsync!r}: choose one of {FSYNC_POLICIES}")
+        if isinstance(fsync_every, bool) or not isinstance(fsync_every, int) or fsync_every < 1:
+            raise ValueError(f"fsync_every = {fsync_every!r}: must be an integer >= 1")
+        self.directory = Path(directory)
+        self.policy = fsync
+        self.every = fsync_every
+        self.compact_bytes = int(compact_bytes)
+        self.lsn = next_lsn - 1
+        self.bytes_since_snapshot = 0
+        self._unsynced_inserts = 0
+        self._fd = -1
+        self._open_segment(next_lsn)
+
+    def _open_segment(self, first_lsn: int) -> None:
+        log_dir = self.directory / LOG
+        log_dir.mkdir(parents=True, exist_ok=True)
+        path = log_dir / f"{first_lsn:020d}.seg"
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.segment = path
+        _fsync_dir(log_dir)
+
+    def append(self, op: str, fields: dict[str, Any]) -> None:
+        record = encode_record(self.lsn + 1, op, fields)
+        view = memoryview(record)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self.lsn += 1
+        self.bytes_since_snapshot += len(record)
+        if op == "insert":
+            self._unsynced_inserts += 1
+            if self.policy == "always" or (
+                self.policy == "every" and self._unsynced_inserts >= self.every
+            ):
+                os.fsync(self._fd)
+                self._unsynced_inserts = 0
+
+    def rotate(self) -> None:
+        """Start a new segment after a snapshot holding everything up to `lsn`; drop the old."""
+        os.fsync(self._fd)
+        os.close(self._fd)
+        old = sorted((self.directory / LOG).glob("*.seg"))
+        self._open_segment(self.lsn + 1)
+        for path in old:
+            if path != self.segment:  # an empty segment reopened under the same name stays
+                path.unlink()
+        self.bytes_since_snapshot = 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.fsync(self._fd)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(table: ReplayTable, log: OperationLog) -> None:
+    """Snapshot everything up to the log's last record, then start a new segment (caller holds
+    the table's lock)."""
+    meta, arrays = table.state_unlocked()
+    write_atomic_dir(log.directory / SNAPSHOT, {"table": meta, "lsn": log.lsn}, arrays)
+    log.rotate()
+
+
+def apply(table: ReplayTable, op: str, fields: dict[str, Any]) -> None:
+    """Redo one logged change (the caller holds the table's lock; limiters are not consulted:
+    the change was admitted when it was first made)."""
+    if op == "insert":
+        table._apply_insert(fields["batch"])
+    elif op == "sample":
+        pin, _, _ = table._apply_sample(int(fields["n"]))
+        table.storage.unpin(pin)
+    elif op == "take":
+        pin, _, _, _ = table._apply_take(fields["keys"].astype(np.int64), count=True)
+        table.storage.unpin(pin)
+    elif op == "priorities":
+        table._apply_priorities(fields["keys"].astype(np.int64), fields["priorities"])
+    elif op == "version":
+        table._apply_version(int(fields["version"]))
+    elif op == "remove":
+        table._apply_remove(fields["keys"].astype(np.int64))
+    else:
+        raise CheckpointError(f"unknown log operation {op!r}")
+
+
+def open_table(
+    cls: type[ReplayTable],
+    directory: str | Path,
+    *,
+    fsync: str = "always",
+    fsync_every: int = 16,
+    compact_bytes: int = 1 << 30,
+    **table_kwargs: Any,
+) -> ReplayTable:
+    """A durable table in `directory`: recovered if it holds one, else new from `table_kwargs`."""
+    from llm_replay.buffer.table_state import table_arguments
+
+    root = Path(directory)
+    fresh = cls(**table_kwargs)
+    if not (root / SNAPSHOT).exists() and not list(root.glob(f".{SNAPSHOT}.*")):
+        root.mkdir(parents=True, exist_ok=True)
+        fresh._log = OperationLog(
+            root, 1, fsync=fsync, fsync_every=fsync_every, compact_bytes=compact_bytes
+        )
+        write_snapshot(fresh, fresh._log)
+        return fresh
+    manifest, arrays = read_checkpoint_dir(resolve_checkpoint(root / SNAPSHOT))
+    saved_meta = manifest["table"]
+    _check_same_config(table_arguments(saved_meta), fresh, root)
+    table = cls.from_state(saved_meta, arrays)
+    lsn = int(manifest["lsn"])
+    segments = sorted((root / LOG).glob("*.seg")) if (root / LOG).is_dir() else []
+    with table._cond:
+        for index, path in enumerate(segments):
+            last = index == len(segments) - 1
+            good = 0
+            for end, record_lsn, op, fields in read_segment(path, last=last):
+                good = end
+                if record_lsn <= lsn:
+                    continue
+                if record_lsn != lsn + 1:
+                    raise CheckpointError(f"{path}: record {record_lsn} follows {lsn}")
+                apply(table, op, fields)
+                lsn = record_lsn
+            if last and good < path.stat().st_size:
+                with path.open("r+b") as handle:  # drop the torn tail for good
+                    handle.truncate(good)
+                    os.fsync(handle.fileno())
+    table._log = OperationLog(
+        root, lsn + 1, fsync=fsync, fsync_every=fsync_every, compact_bytes=compact_bytes
+    )
+    table.checkpoint()  # compact what was replayed
+    return table
+
+
+def _check_same_config(saved: dict[str, Any], fresh: ReplayTable, root: Path) -> None:
+    from llm_replay.buffer.table_state import table_arguments
+
+    meta, _ = fresh.state_unlocked()
+    wanted = table_arguments(meta)
+    for key in ("max_rollouts", "max_tokens", "max_age", "max_times_sampled", "max_bytes"):
+        if saved[key] != wanted[key]:
+            raise ValueError(
+                f"{key} = {wanted[key]!r}: {root} holds a table with {key} = {saved[key]!r}"
+            )
+    if saved["sampler"].config() != wanted["sampler"].config() or type(
+        saved["sampler"]
+    ) is not type(wanted["sampler"]):
+        raise ValueError(f"sampler: {root} holds a table with another sampler or settings")
+
+
+class Journaled:
+    """The durable side of `ReplayTable` (mixed in): `open`, the journal hook, `checkpoint`."""
+
+    _log: OperationLog | None
+    _cond: threading.Condition
+
+    @classmethod
+    def open(cls, directory: str | Path, **kwargs: Any) -> ReplayTable:
+        """A crash-durable table kept in `directory` (see `buffer.durable`): recovered exactly if
+        the directory holds one, else created from `kwargs` (the constructor's arguments, plus
+        `fsync` = "always" | "every" | "never", `fsync_every`, `compact_bytes`)."""
+        return open_table(cls, directory, **kwargs)  # type: ignore[arg-type]
+
+    @property
+    def durable(self) -> bool:
+        return self._log is not None
+
+    def _journal(self, op: str, **fields: Any) -> None:
+        """Log a change just applied (caller holds the lock); compact a log grown too long."""
+        if self._log is None:
+            return
+        self._log.append(op, fields)
+        if self._log.bytes_since_snapshot > self._log.compact_bytes:
+            write_snapshot(self, self._log)  # type: ignore[arg-type]
+
+    def checkpoint(self) -> None:
+        """Durable tables: snapshot the table and drop the log it covers."""
+        if self._log is None:
+            raise ValueError("checkpoint: not a durable table (use ReplayTable.open or save)")
+        with self._cond:
+            write_snapshot(self, self._log)  # type: ignore[arg-type]
