@@ -1,4 +1,5 @@
-"""`llm-replay train | eval | demo`: the terminal front end (the library itself only logs).
+"""`llm-replay train | eval | compare | report | methods | inspect | demo`: the terminal front end
+(the library itself only logs).
 
 Errors a user can fix (bad config, bad dataset row, missing model, broken checkpoint) are printed
 as one line naming the field, with exit status 2 — no traceback.
@@ -142,6 +143,79 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from llm_replay.buffer import ReplayTable
+    from llm_replay.table_report import describe_table, plot_table
+
+    path = Path(args.table)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such table directory")
+    if args.rows < 0:
+        raise ConfigError(f"--rows = {args.rows}: must be >= 0")
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        from llm_replay.models.loading import resolve_model_path
+
+        tokenizer = AutoTokenizer.from_pretrained(
+            resolve_model_path(args.tokenizer), local_files_only=True
+        )
+    table = ReplayTable.read(path)
+    report = describe_table(table, rows=args.rows, tokenizer=tokenizer)
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        _print_table_report(path, report)
+    if args.plots:
+        for plot in plot_table(table, Path(args.plots)):
+            console.print(f"plot: {plot}")
+    return 0
+
+
+def _print_table_report(path: Path, r: dict[str, Any]) -> None:
+    def dist(d: dict[str, float] | None) -> str:
+        if d is None:
+            return "—"
+        return (
+            f"mean {d['mean']:.3g}, median {d['median']:.3g}, p10–p90 {d['p10']:.3g}–{d['p90']:.3g}"
+            f", range {d['min']:.3g}–{d['max']:.3g}"
+        )
+
+    table = Table(title=f"{path}: table {r['name']!r} ({r['sampler']['name']} sampler)")
+    table.add_column("what")
+    table.add_column("value", overflow="fold")
+    table.add_row("rollouts", f"{r['size']} of {r['max_rollouts']}")
+    table.add_row("tokens", f"{r['num_tokens']} (limit {r['max_tokens'] or 'none'})")
+    table.add_row("bytes", f"{r['nbytes']} held, {r['payload_nbytes']} payload")
+    table.add_row("policy version", str(r["policy_version"]))
+    table.add_row("age histogram (0, 1, …)", " ".join(map(str, _trim(r["age_histogram"]))))
+    table.add_row("reuse histogram (0, 1, …)", " ".join(map(str, _trim(r["reuse_histogram"]))))
+    table.add_row("rewards", dist(r["rewards"]))
+    table.add_row("advantages", dist(r["advantages"]))
+    share = r["correct_share"]
+    table.add_row("correct", "unknown" if share is None else f"{100 * share:.1f}%")
+    table.add_row("inserted / sampled", f"{r['inserts']} / {r['samples']} rollouts")
+    table.add_row("evictions", ", ".join(f"{k} {v}" for k, v in r["evictions"].items() if v) or "—")
+    console.print(table)
+    for row in r["rows"]:
+        text = (
+            f"{row['prompt']!r} → {row['completion']!r}"
+            if "prompt" in row
+            else f"{row['prompt_ids']} → {row['completion_ids']}"
+        )
+        console.print(
+            f"key {row['key']} v{row['policy_version']} reward {row['reward']:.3g} "
+            f"A {row['advantage']:.3g} sampled {row['times_sampled']}×: {escape(text)}",
+            highlight=False,
+        )
+
+
+def _trim(histogram: list[int]) -> list[int]:
+    last = max((i for i, v in enumerate(histogram) if v), default=0)
+    return histogram[: last + 1]
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from llm_replay.demo import run_demo
 
@@ -179,6 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")
     methods.add_argument("--json", action="store_true", help="print the registry as JSON")
     methods.set_defaults(func=cmd_methods)
+    inspect = sub.add_parser("inspect", help="what a saved or durable replay table holds")
+    inspect.add_argument("table", help="a table directory (ReplayTable.save or ReplayTable.open)")
+    inspect.add_argument("--tokenizer", help="decode rows with this model's tokenizer")
+    inspect.add_argument("--rows", type=int, default=3, help="rows to show (default 3)")
+    inspect.add_argument("--plots", metavar="OUT", help="write histogram PNGs to OUT")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.set_defaults(func=cmd_inspect)
     demo = sub.add_parser("demo", help="train with replay and on-policy, compare, plot")
     demo.add_argument("--out", default="runs/demo", help="output directory")
     demo.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")

@@ -274,20 +274,39 @@ def open_table(
     **table_kwargs: Any,
 ) -> ReplayTable:
     """A durable table in `directory`: recovered if it holds one, else new from `table_kwargs`."""
-    from llm_replay.buffer.table_state import table_arguments
-
     root = Path(directory)
     fresh = cls(**table_kwargs)
-    if not (root / SNAPSHOT).exists() and not list(root.glob(f".{SNAPSHOT}.*")):
+    if not is_durable_dir(root):
         root.mkdir(parents=True, exist_ok=True)
         fresh._log = OperationLog(
             root, 1, fsync=fsync, fsync_every=fsync_every, compact_bytes=compact_bytes
         )
         write_snapshot(fresh, fresh._log)
         return fresh
+    table, lsn = recover(cls, root, repair=True, expect=fresh)
+    table._log = OperationLog(
+        root, lsn + 1, fsync=fsync, fsync_every=fsync_every, compact_bytes=compact_bytes
+    )
+    table.checkpoint()  # compact what was replayed
+    return table
+
+
+def is_durable_dir(path: str | Path) -> bool:
+    root = Path(path)
+    return (root / SNAPSHOT).exists() or bool(list(root.glob(f".{SNAPSHOT}.*")))
+
+
+def recover(
+    cls: type[ReplayTable], root: Path, *, repair: bool, expect: ReplayTable | None = None
+) -> tuple[ReplayTable, int]:
+    """The table a durable directory holds (snapshot + log replayed) and its last sequence
+    number; `repair` cuts a torn tail off the log (read-only callers leave it)."""
     manifest, arrays = read_checkpoint_dir(resolve_checkpoint(root / SNAPSHOT))
     saved_meta = manifest["table"]
-    _check_same_config(table_arguments(saved_meta), fresh, root)
+    if expect is not None:
+        from llm_replay.buffer.table_state import table_arguments
+
+        _check_same_config(table_arguments(saved_meta), expect, root)
     table = cls.from_state(saved_meta, arrays)
     lsn = int(manifest["lsn"])
     segments = sorted((root / LOG).glob("*.seg")) if (root / LOG).is_dir() else []
@@ -303,15 +322,11 @@ def open_table(
                     raise CheckpointError(f"{path}: record {record_lsn} follows {lsn}")
                 apply(table, op, fields)
                 lsn = record_lsn
-            if last and good < path.stat().st_size:
+            if repair and last and good < path.stat().st_size:
                 with path.open("r+b") as handle:  # drop the torn tail for good
                     handle.truncate(good)
                     os.fsync(handle.fileno())
-    table._log = OperationLog(
-        root, lsn + 1, fsync=fsync, fsync_every=fsync_every, compact_bytes=compact_bytes
-    )
-    table.checkpoint()  # compact what was replayed
-    return table
+    return table, lsn
 
 
 def _check_same_config(saved: dict[str, Any], fresh: ReplayTable, root: Path) -> None:
@@ -342,6 +357,14 @@ class Journaled:
         the directory holds one, else created from `kwargs` (the constructor's arguments, plus
         `fsync` = "always" | "every" | "never", `fsync_every`, `compact_bytes`)."""
         return open_table(cls, directory, **kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def read(cls, path: str | Path) -> ReplayTable:
+        """The table in `path`, a `save()` checkpoint or a durable directory, read without
+        changing anything there (a durable table's torn tail is skipped, not cut off)."""
+        if is_durable_dir(path):
+            return recover(cls, Path(path), repair=False)[0]  # type: ignore[arg-type]
+        return cls.load(path)  # type: ignore[attr-defined,no-any-return]
 
     @property
     def durable(self) -> bool:

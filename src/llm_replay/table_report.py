@@ -1,0 +1,116 @@
+"""`llm-replay inspect DIR`: what a saved or durable replay table holds.
+
+Size, tokens and bytes against the table's limits, the policy version and the age histogram,
+reward and advantage distributions, reuse counts, evictions by reason, and a few rows decoded
+with the run's tokenizer when one is given. `--plots OUT` draws the histograms as PNGs. The
+table is read without changing its directory (`ReplayTable.read`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm_replay.buffer import ReplayTable
+from llm_replay.buffer.stats import HISTOGRAM_BINS
+
+
+def quantiles(values: np.ndarray) -> dict[str, float] | None:
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return None
+    q = np.quantile(finite, [0.0, 0.1, 0.5, 0.9, 1.0])
+    return {
+        "mean": float(finite.mean()),
+        "min": float(q[0]),
+        "p10": float(q[1]),
+        "median": float(q[2]),
+        "p90": float(q[3]),
+        "max": float(q[4]),
+        "count": int(finite.size),
+    }
+
+
+def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) -> dict[str, Any]:
+    """A JSON-ready description of the table (the caller owns `table`; nothing is sampled)."""
+    stats = table.stats()
+    st = table.storage
+    live = st.live_in_order()
+    rewards = st.reward[live].astype(np.float64)
+    advantages = st.advantage[live].astype(np.float64)
+    correct = st.correct[live]
+    out: dict[str, Any] = {
+        **stats.to_dict(),
+        "sampler": {"name": table.sampler.name, **table.sampler.config()},
+        "rewards": quantiles(rewards),
+        "advantages": quantiles(advantages),
+        "advantage_missing": int(np.isnan(advantages).sum()),
+        "correct_share": float((correct == 1).mean()) if (correct >= 0).any() else None,
+        "policy_versions": quantiles(st.policy_version[live].astype(np.float64)),
+        "rows": [],
+    }
+    if len(live) and rows > 0:
+        picks = live[np.linspace(0, len(live) - 1, min(rows, len(live))).astype(int)]
+        sample, _ = table.get(st.keys_of(picks))
+        for i in range(len(sample)):
+            p, c = int(sample.prompt_lengths[i]), int(sample.completion_lengths[i])
+            ids = sample.input_ids[i][sample.attention_mask[i] > 0]
+            prompt, completion = ids[:p].tolist(), ids[p : p + c].tolist()
+            row: dict[str, Any] = {
+                "key": int(sample.keys[i]),
+                "policy_version": int(sample.policy_versions[i]),
+                "reward": float(sample.rewards[i]),
+                "advantage": float(sample.advantages[i]),
+                "times_sampled": int(sample.times_sampled[i]),
+                "prompt_ids": prompt,
+                "completion_ids": completion,
+            }
+            if tokenizer is not None:
+                row["prompt"] = tokenizer.decode(prompt, skip_special_tokens=True)
+                row["completion"] = tokenizer.decode(completion, skip_special_tokens=True)
+            out["rows"].append(row)
+    return out
+
+
+def plot_table(table: ReplayTable, out: Path) -> list[Path]:
+    """Histograms of age, reuse, reward and advantage as PNGs in `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    stats = table.stats()
+    st = table.storage
+    live = st.live_in_order()
+    panels = (
+        ("age", stats.age_histogram, "age (policy versions; last bin: ≥ 31)"),
+        ("reuse", stats.reuse_histogram, "times sampled (last bin: ≥ 31)"),
+    )
+    paths = []
+    fig, axes = plt.subplots(1, 4, figsize=(16, 3.8), dpi=110)
+    for ax, (_, counts, label) in zip(axes[:2], panels, strict=True):
+        ax.bar(np.arange(HISTOGRAM_BINS), counts, width=0.9)
+        ax.set_xlabel(label)
+        ax.set_ylabel("rollouts")
+    for ax, (values, label) in zip(
+        axes[2:],
+        ((st.reward[live], "reward"), (st.advantage[live], "advantage (computed at generation)")),
+        strict=True,
+    ):
+        finite = np.asarray(values, dtype=np.float64)
+        finite = finite[np.isfinite(finite)]
+        if finite.size:
+            ax.hist(finite, bins=30)
+        else:
+            ax.text(0.5, 0.5, "none", transform=ax.transAxes, ha="center")
+        ax.set_xlabel(label)
+    fig.suptitle(f"table {table.name!r}: {stats.size} rollouts, {stats.num_tokens} tokens")
+    fig.tight_layout()
+    path = out / "table_histograms.png"
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+    return paths
