@@ -1,5 +1,5 @@
-"""`llm-replay train | eval | compare | report | methods | inspect | demo`: the terminal front end
-(the library itself only logs).
+"""`llm-replay train | eval | compare | report | methods | inspect | rescore | demo`: the terminal
+front end (the library itself only logs).
 
 Errors a user can fix (bad config, bad dataset row, missing model, broken checkpoint) are printed
 as one line naming the field, with exit status 2 — no traceback.
@@ -216,6 +216,31 @@ def _trim(histogram: list[int]) -> list[int]:
     return histogram[: last + 1]
 
 
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from llm_replay.rescore import rescore_directory
+
+    path = Path(args.table)
+    if not path.exists():
+        raise CheckpointError(f"{path}: no such table directory")
+    config = load_config(args.config, args.set)
+    try:
+        report = rescore_directory(path, config, dry_run=args.dry_run)
+    except ValueError as error:  # a rollout whose prompt is not one of the task's problems
+        raise ConfigError(str(error)) from None
+    console.print(
+        f"{'would rescore' if args.dry_run else 'rescored'} {report.rollouts} rollouts in "
+        f"{report.groups} groups: {report.changed_rewards} rewards changed, mean "
+        f"{report.mean_reward_before} → {report.mean_reward_after}"
+        + (
+            f"; {report.partial_groups} groups have members evicted"
+            if report.partial_groups
+            else ""
+        ),
+        highlight=False,
+    )
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from llm_replay.demo import run_demo
 
@@ -260,6 +285,12 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--plots", metavar="OUT", help="write histogram PNGs to OUT")
     inspect.add_argument("--json", action="store_true", help="print the report as JSON")
     inspect.set_defaults(func=cmd_inspect)
+    rescore = sub.add_parser("rescore", help="re-score a stored table with a config's task")
+    rescore.add_argument("table", help="a table directory (ReplayTable.save or ReplayTable.open)")
+    rescore.add_argument("config", help="YAML config naming the task, model (tokenizer), advantage")
+    rescore.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    rescore.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    rescore.set_defaults(func=cmd_rescore)
     demo = sub.add_parser("demo", help="train with replay and on-policy, compare, plot")
     demo.add_argument("--out", default="runs/demo", help="output directory")
     demo.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")

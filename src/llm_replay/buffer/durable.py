@@ -260,6 +260,9 @@ def apply(table: ReplayTable, op: str, fields: dict[str, Any]) -> None:
         table._apply_version(int(fields["version"]))
     elif op == "remove":
         table._apply_remove(fields["keys"].astype(np.int64))
+    elif op == "scores":
+        keys = fields["keys"].astype(np.int64)
+        table._apply_scores(keys, fields["rewards"], fields["advantages"], fields["correct"])
     else:
         raise CheckpointError(f"unknown log operation {op!r}")
 

@@ -42,6 +42,7 @@ from llm_replay.buffer.samplers import Sampler, Uniform
 from llm_replay.buffer.stats import TableCounters, TableStats
 from llm_replay.buffer.storage import RolloutStorage, batch_nbytes
 from llm_replay.buffer.table_state import restore_table, table_arguments, table_state, table_stats
+from llm_replay.buffer.updates import TableUpdates
 from llm_replay.rollout import Group, Rollout, RolloutBatch
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 I64 = npt.NDArray[np.int64]
 
 
-class ReplayTable(TablePresets, Journaled):
+class ReplayTable(TablePresets, Journaled, TableUpdates):
     """A replay table. Construct directly, or with a preset classmethod (`queue`, `uniform`, ...)."""
 
     def __init__(
@@ -308,62 +309,6 @@ class ReplayTable(TablePresets, Journaled):
         if count:
             self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
         return pin, rows, columns, found
-
-    # ----------------------------------------------------------------- updates
-    def update_priorities(self, keys: npt.ArrayLike, priorities: npt.ArrayLike) -> int:
-        """Set priorities for stored keys; keys already evicted are skipped. Returns how many."""
-        key_array = keys_arg(keys)
-        try:
-            values = np.asarray(priorities, dtype=np.float64)
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"priorities = {priorities!r}: not real numbers ({error})") from None
-        if values.shape != key_array.shape:
-            raise ValueError(f"priorities has shape {values.shape}, keys has {key_array.shape}")
-        with self._cond:
-            updated = self._apply_priorities(key_array, values)
-            self._journal("priorities", keys=key_array, priorities=values)
-            return updated
-
-    def _apply_priorities(self, keys: I64, values: npt.NDArray[np.float64]) -> int:
-        slots, found = self.storage.slots_of(keys)
-        self.sampler.update_priorities(slots[found], values[found])
-        return int(found.sum())
-
-    def set_policy_version(self, version: int) -> int:
-        """Advance the learner's policy version; evicts rollouts past `max_age`. Returns evictions."""
-        if isinstance(version, bool) or not isinstance(version, int | np.integer):
-            raise ValueError(f"version = {version!r}: must be an integer")
-        with self._cond:
-            if version < self._version:
-                raise ValueError(
-                    f"version = {version}: policy versions only move forward "
-                    f"(table is at {self._version})"
-                )
-            evicted = self._apply_version(int(version))
-            self._journal("version", version=int(version))
-            self._cond.notify_all()
-            return evicted
-
-    def _apply_version(self, version: int) -> int:
-        self._version = version
-        stale = self.eviction.for_age(self.storage, self._version)
-        self._evict(stale, "max_age")
-        return len(stale)
-
-    def remove(self, keys: npt.ArrayLike) -> int:
-        """Remove stored rollouts by key (missing keys are ignored). Returns how many."""
-        key_array = keys_arg(keys)
-        with self._cond:
-            removed = self._apply_remove(key_array)
-            self._journal("remove", keys=key_array)
-            self._cond.notify_all()
-            return removed
-
-    def _apply_remove(self, keys: I64) -> int:
-        slots, found = self.storage.slots_of(keys)
-        hit = np.unique(slots[found])
-        self._evict(hit, "removed")
-        return len(hit)
 
     def _evict(self, slots: I64, reason: str) -> None:
         if len(slots) == 0:
