@@ -220,6 +220,7 @@ class ReplayConfig:
     method: str = "on_policy"
     settings: MethodConfig = field(default_factory=lambda: method_class("on_policy").Config())
     options: dict[str, OptionConfig] = field(default_factory=dict)
+    init_from: str | None = None  # a saved or durable table to start from (reuse across runs)
 
     def __post_init__(self) -> None:
         for name, option in OPTIONS.items():
@@ -239,6 +240,8 @@ class ReplayConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, **dataclasses.asdict(self.settings)}
+        if self.init_from is not None:
+            out["init_from"] = self.init_from
         for name, option in self.options.items():
             out[name] = dataclasses.asdict(option)
         return out
@@ -249,7 +252,20 @@ class ReplayConfig:
         if name not in METHODS:
             raise ConfigError(f"{prefix}.method = {name!r}: choose one of {sorted(METHODS)}")
         method = METHODS[name]
-        knobs = {k: v for k, v in data.items() if k != "method" and k not in OPTIONS}
+        init_from = data.get("init_from")
+        if init_from is not None:
+            if not isinstance(init_from, str) or not Path(init_from).is_dir():
+                raise ConfigError(
+                    f"{prefix}.init_from = {init_from!r}: not a table directory "
+                    "(ReplayTable.save or ReplayTable.open)"
+                )
+            if method.preload_refusal is not None:
+                raise ConfigError(
+                    f"{prefix}.init_from: not with method {name!r} ({method.preload_refusal})"
+                )
+        knobs = {
+            k: v for k, v in data.items() if k not in ("method", "init_from") and k not in OPTIONS
+        }
         own = field_names(method.Config)
         for key in knobs:
             owners = sorted(m for m, c in METHODS.items() if key in field_names(c.Config))
@@ -273,7 +289,7 @@ class ReplayConfig:
                     f"{prefix}.{option_name}.enabled = true: not with method {name!r} ({refusal})"
                 )
             options[option_name] = built
-        return cls(name, settings, options)
+        return cls(name, settings, options, init_from)
 
 
 @dataclass
@@ -389,6 +405,13 @@ class Config:
             if self.generation.dynamic_sampling:
                 raise ConfigError(
                     f"generation.dynamic_sampling = true: not supported by runtime={self.runtime}"
+                )
+            table_mode = async_mode(method, bool(self.replay.enabled_options())) == "table"
+            if self.replay.init_from is not None and table_mode:
+                raise ConfigError(
+                    f"replay.init_from: runtime={self.runtime} feeds method "
+                    f"{self.replay.method!r}'s table from the workers directly, which does not "
+                    "carry the source table's versions yet; start it in a sync run"
                 )
             need = (
                 self.replay.samples_per_insert * self.generation.rollouts_per_step

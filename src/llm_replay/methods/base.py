@@ -135,6 +135,14 @@ class ReplayMethod(ABC):
             return "workers fill the table; the learner samples it at the replay ratio"
         return "workers deliver rounds of fresh groups; the learner composes each round's batches"
 
+    # ------------------------------------------------------------------ reuse across runs
+    preload_refusal: ClassVar[str | None] = None  # why `replay.init_from` cannot feed it
+
+    def preload(self, rollouts: RolloutBatch) -> None:
+        """Start from another run's stored rollouts (`replay.init_from`): into the table as if
+        inserted; methods that keep more than a table override this."""
+        self.table.insert(rollouts)
+
     # ------------------------------------------------------------------ the loop's hooks
     def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:  # noqa: B027
         """The learner took a step on `sample` (one this method yielded) with these metrics."""

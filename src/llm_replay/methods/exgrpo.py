@@ -208,6 +208,10 @@ class ExGRPO(ReplayMethod):
             picked.append(buckets[bucket].pop())
         return picked
 
+    def preload(self, rollouts: RolloutBatch) -> None:
+        """Another run's rollouts update question rates and store successes, as a round would."""
+        self.observe(RolloutBatch.coerce(rollouts))
+
     # ------------------------------------------------------------------ bookkeeping
     def metrics(self) -> dict[str, float]:
         counts = [0, 0, 0]

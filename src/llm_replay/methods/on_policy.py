@@ -22,6 +22,7 @@ class OnPolicy(TableReplay):
     Config = OnPolicyConfig
     consumes_rollouts = True
     trains_fresh_groups = True
+    preload_refusal = "it trains each rollout once, as it is generated: nothing to start from"
 
     def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
         return queue_table(self.context)

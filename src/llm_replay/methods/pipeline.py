@@ -8,10 +8,12 @@ method sees it (`prepare`), in the order they were registered.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from llm_replay.buffer import Sample
+from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.methods.base import (
     AsyncMode,
     MethodConfig,
@@ -24,6 +26,8 @@ from llm_replay.methods.registry import OPTIONS, method_class
 from llm_replay.rollout import RolloutBatch
 
 OPTIONS_DIR = "options"
+PIPELINE_FILE = "pipeline.json"
+PRELOADED_GROUPS = 1 << 40  # group ids of preloaded rollouts start here, clear of the run's own
 
 
 def async_mode(method: type[ReplayMethod], with_options: bool) -> AsyncMode:
@@ -42,6 +46,8 @@ class ReplayPipeline:
                 )
         self.method = method
         self.options = list(options)
+        self.version_offset = 0  # the source table's version when started from one (init_from)
+        self.preloaded = 0
 
     @classmethod
     def build(
@@ -71,27 +77,56 @@ class ReplayPipeline:
         return fresh
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
-        return self.method.batches(self.prepare(fresh))
+        fresh = self.prepare(fresh)
+        if self.version_offset:
+            fresh = dataclasses.replace(
+                fresh, policy_versions=fresh.policy_versions + self.version_offset
+            )
+        return self.method.batches(fresh)
+
+    def preload(self, source: ReplayTable) -> int:
+        """Start from `source`'s rollouts (`replay.init_from`). The run's versions continue from
+        the source table's, so a stored rollout's age is how many updates before the source
+        run's last one it was generated; its behaviour log-probs stay those of the policy that
+        generated it, which is what the off-policy losses need. Returns how many were loaded."""
+        refusal = self.method.preload_refusal
+        if refusal is not None:
+            raise ValueError(f"replay.init_from: not with method {self.method.name!r} ({refusal})")
+        if self.preloaded or self.version_offset:
+            raise ValueError("replay.init_from: this pipeline was already started from a table")
+        keys = source.storage.keys_of(source.storage.live_in_order())
+        self.version_offset = source.policy_version
+        self.set_policy_version(0)
+        if len(keys):
+            batch = source.get(keys)[0].to_batch()
+            batch = dataclasses.replace(batch, group_ids=batch.group_ids + PRELOADED_GROUPS)
+            self.method.preload(batch)
+        self.preloaded = len(keys)
+        return self.preloaded
 
     def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
         self.method.observe_step(sample, metrics)
 
     def set_policy_version(self, version: int) -> None:
-        self.method.set_policy_version(version)
+        self.method.set_policy_version(version + self.version_offset)
         for option in self.options:
-            option.set_policy_version(version)
+            option.set_policy_version(version + self.version_offset)
 
     def restart_due(self) -> bool:
         return self.method.restart_due()
 
     def metrics(self) -> dict[str, float]:
         out = self.method.metrics()
+        if self.preloaded:
+            out["replay/preloaded"] = float(self.preloaded)
         for option in self.options:
             out.update(option.metrics())
         return out
 
     def save(self, directory: Path) -> None:
         self.method.save(directory)
+        state = {"version_offset": self.version_offset, "preloaded": self.preloaded}
+        (directory / PIPELINE_FILE).write_text(json.dumps(state))
         for option in self.options:
             target = directory / OPTIONS_DIR / option.name
             target.mkdir(parents=True, exist_ok=True)
@@ -99,5 +134,9 @@ class ReplayPipeline:
 
     def load(self, directory: Path) -> None:
         self.method.load(directory)
+        if (directory / PIPELINE_FILE).is_file():
+            state = json.loads((directory / PIPELINE_FILE).read_text())
+            self.version_offset = int(state["version_offset"])
+            self.preloaded = int(state["preloaded"])
         for option in self.options:
             option.load(directory / OPTIONS_DIR / option.name)

@@ -93,6 +93,7 @@ class RLEP(TableReplay):
     paper = "RLEP: RL with experience replay, arXiv 2507.07451"
     Config = RLEPConfig
     trains_fresh_groups = True
+    preload_refusal = "its reuse is the success pool: pass a saved pool as replay.pool_path"
 
     def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
         super().__init__(settings, context)

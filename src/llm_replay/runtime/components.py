@@ -136,6 +136,13 @@ def method_context(config: Config) -> MethodContext:
 
 
 def build_replay(config: Config) -> ReplayPipeline:
-    """The replay method named by `config.replay`, with the options turned on for it."""
+    """The replay method named by `config.replay`, with the options turned on for it, started
+    from `replay.init_from`'s rollouts when given (a resumed run then loads its own state over
+    it)."""
     r = config.replay
-    return ReplayPipeline.build(r.method, r.settings, method_context(config), r.options)
+    pipeline = ReplayPipeline.build(r.method, r.settings, method_context(config), r.options)
+    if r.init_from is not None:
+        from llm_replay.buffer import ReplayTable
+
+        pipeline.preload(ReplayTable.read(r.init_from))
+    return pipeline

@@ -36,7 +36,7 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
-from llm_replay.buffer import Sample
+from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
 from llm_replay.integrations.trl.rounds import (
     behaviour_logprobs,
@@ -84,6 +84,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 "between phases, which ReplayGRPOTrainer does not do; collect its pool in a native "
                 "run and pass replay_knobs.pool_path (phase I is then skipped)"
             )
+        if a.replay.init_from is not None:  # replay_knobs: {"init_from": DIR}
+            self.pipeline.preload(ReplayTable.read(a.replay.init_from))
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
         self.pipeline.method.mu_source = lambda: self.meter.mu
         self.last_round_reward = float("nan")
