@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 
-.PHONY: demo test lint bench bench-async bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ experiment-spell-quick: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/buffer.py --json docs/bench_buffer.json
 	$(PY) benchmarks/async_runtime.py --json docs/bench_async.json
+	$(PY) benchmarks/durable.py --json docs/bench_durable.json
+
+bench-durable: $(STAMP)
+	$(PY) benchmarks/durable.py --json docs/bench_durable.json
 
 bench-async: $(STAMP)
 	$(PY) benchmarks/async_runtime.py --json docs/bench_async.json
@@ -46,6 +50,7 @@ bench-async: $(STAMP)
 bench-quick: $(STAMP)
 	$(PY) benchmarks/buffer.py --quick
 	$(PY) benchmarks/async_runtime.py --quick
+	$(PY) benchmarks/durable.py --inserts 8 --repeats 1 --recover-gib 0.02
 
 format: $(STAMP)
 	$(PY) -m ruff format src tests benchmarks examples scripts
