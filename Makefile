@@ -10,7 +10,7 @@ TORCH  := torch==2.13.0
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[train,dev,bench,ray,trl]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[train,dev,bench,ray,trl,fast]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -10,11 +10,20 @@ head and the tail. The storage counts a pinned row as occupied when it computes 
 rollout that is evicted while its copy is in flight is not overwritten until the copy is done.
 A growth or compaction installs a new arena buffer and never writes the old one, which the pin
 keeps alive, so it is safe too.
+
+Two implementations give identical arrays. The numpy one copies each row as one contiguous window
+of the arena, then masks with a second pass (numpy cannot fuse the two). With the optional
+`fast` extra (numba), a compiled kernel writes every output element once, copying and masking in
+the same pass; it is used when numba imports, unless `LLM_REPLAY_GATHER=numpy` (or
+`set_gather_backend("numpy")`) asks for the fallback.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +70,15 @@ class PinnedRows:
         c = self.completion_len
         lengths = p + c
         width = int(lengths.max()) if len(p) else 0
+        kernel = compiled_kernel()
+        if kernel is not None:
+            n = len(p)
+            ids = np.zeros((n, width), dtype=np.int32)
+            bits = np.zeros((n, width), dtype=np.int32)
+            attention = np.zeros((n, width), dtype=np.bool_)
+            loss = np.zeros((n, width), dtype=np.bool_)
+            kernel(self.arena, self.offset, p, c, int(pad_id), ids, bits, attention, loss)
+            return ids, bits.view(np.float32), attention, loss
         windows = row_windows(self.arena, width)
         ids = windows[self.offset]
         logprob_bits = windows[self.offset + c]  # log-prob of token t sits at offset + C + t
@@ -73,3 +91,71 @@ class PinnedRows:
             ids[~attention] = pad_id
         logprob_bits *= loss  # mask as integers: garbage bits may be NaN patterns
         return ids, logprob_bits.view(np.float32), attention, loss
+
+
+BACKENDS = ("auto", "numba", "numpy")
+_backend = os.environ.get("LLM_REPLAY_GATHER", "auto")
+_kernel: Callable[..., None] | None = None
+_kernel_failed = False
+
+
+def set_gather_backend(name: str) -> None:
+    """ "auto" (numba when it imports, else numpy), "numba" (required) or "numpy"."""
+    global _backend
+    if name not in BACKENDS:
+        raise ValueError(f"gather backend = {name!r}: choose one of {BACKENDS}")
+    if name == "numba" and _load_kernel() is None:
+        raise ValueError(
+            "gather backend = 'numba': numba is not installed (pip install 'llm-replay[fast]')"
+        )
+    _backend = name
+
+
+def gather_backend() -> str:
+    """The backend `gather` uses now: "numba" or "numpy"."""
+    return "numba" if compiled_kernel() is not None else "numpy"
+
+
+def compiled_kernel() -> Callable[..., None] | None:
+    if _backend == "numpy":
+        return None
+    return _load_kernel()
+
+
+def _load_kernel() -> Callable[..., None] | None:
+    global _kernel, _kernel_failed
+    if _kernel is None and not _kernel_failed:
+        try:
+            import numba
+        except ImportError:
+            _kernel_failed = True
+            return None
+        _kernel = numba.njit(cache=True, nogil=True)(_gather_rows)
+    return _kernel
+
+
+def _gather_rows(
+    arena: Any,
+    offset: Any,
+    prompt_len: Any,
+    completion_len: Any,
+    pad_id: int,
+    ids: Any,
+    bits: Any,
+    attention: Any,
+    loss: Any,
+) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
+    width = ids.shape[1]
+    for b in range(len(offset)):
+        start = offset[b]
+        p = prompt_len[b]
+        c = completion_len[b]
+        n = p + c
+        for t in range(n):
+            ids[b, t] = arena[start + t]
+            attention[b, t] = True
+        for t in range(n, width):
+            ids[b, t] = pad_id
+        for t in range(p, n):
+            bits[b, t] = arena[start + c + t]
+            loss[b, t] = True

@@ -1,0 +1,81 @@
+"""The compiled gather (numba) and the numpy fallback give identical batches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from llm_replay.buffer import ReplayTable
+from llm_replay.buffer import gather as gather_module
+from llm_replay.buffer.gather import gather_backend, set_gather_backend
+from llm_replay.rollout import RolloutBatch
+from tests.conftest import make_batch
+
+numba = pytest.importorskip("numba")
+
+
+@pytest.fixture
+def restore_backend() -> Iterator[None]:
+    yield
+    set_gather_backend("auto")
+
+
+def draws(backend: str, pad_id: int, seed: int) -> list[tuple[np.ndarray, ...]]:
+    set_gather_backend(backend)
+    rng = np.random.default_rng(seed)
+    table = ReplayTable(300, seed=seed)
+    for i in range(6):  # a ring small enough to wrap and relayout while drawing
+        table.insert(make_batch(rng, 64, first_group=100 * i, completion=(1, 60)))
+    empty = RolloutBatch.from_ragged(
+        prompt_ids=[[1, 2]],
+        completion_ids=[[]],
+        behaviour_logprobs=[[]],
+        rewards=[0.0],
+        group_ids=[9999],
+        policy_versions=[0],
+        allow_empty=True,
+    )
+    table.insert(empty)
+    out = []
+    for n in (1, 7, 64, 256):
+        s = table.sample(n, pad_id=pad_id)
+        out.append(
+            (
+                s.keys,
+                s.input_ids,
+                s.behaviour_logprobs.view(np.int32),
+                s.attention_mask,
+                s.loss_mask,
+            )
+        )
+    return out
+
+
+@pytest.mark.usefixtures("restore_backend")
+@pytest.mark.parametrize("pad_id", [0, 5])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_numba_and_numpy_gather_agree_bit_for_bit(pad_id: int, seed: int) -> None:
+    compiled = draws("numba", pad_id, seed)
+    assert gather_backend() == "numba"
+    fallback = draws("numpy", pad_id, seed)
+    assert gather_backend() == "numpy"
+    for a, b in zip(compiled, fallback, strict=True):
+        for x, y in zip(a, b, strict=True):
+            assert x.dtype == y.dtype
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.usefixtures("restore_backend")
+def test_backend_choice_is_checked_and_falls_back_without_numba(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with pytest.raises(ValueError, match="gather backend = 'fast'"):
+        set_gather_backend("fast")
+    monkeypatch.setattr(gather_module, "_kernel", None)
+    monkeypatch.setattr(gather_module, "_kernel_failed", True)  # as if numba were missing
+    set_gather_backend("auto")
+    assert gather_backend() == "numpy"
+    with pytest.raises(ValueError, match="numba is not installed"):
+        set_gather_backend("numba")
