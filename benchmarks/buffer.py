@@ -45,6 +45,7 @@ SCENARIOS = {
 }
 IMPLEMENTATIONS = (
     "llm-replay",
+    "llm-replay-numpy",
     "torchrl-lazy",
     "torchrl-list",
     "llm-replay-prioritized",
@@ -52,6 +53,7 @@ IMPLEMENTATIONS = (
 )
 PEER_OF = {
     "llm-replay": ("torchrl-lazy", "torchrl-list"),
+    "llm-replay-numpy": ("torchrl-lazy", "torchrl-list"),
     "llm-replay-prioritized": ("numpy-cumsum",),
 }
 
@@ -235,7 +237,10 @@ class TorchRLList:
 
 
 def build(name: str, capacity: int, width: int) -> object:
-    if name == "llm-replay":
+    if name in ("llm-replay", "llm-replay-numpy"):
+        from llm_replay.buffer.gather import set_gather_backend
+
+        set_gather_backend("numpy" if name == "llm-replay-numpy" else "auto")
         return LlmReplay(capacity, prioritized=False)
     if name == "llm-replay-prioritized":
         return LlmReplay(capacity, prioritized=True)
@@ -285,6 +290,20 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
         impl.sample()  # type: ignore[attr-defined]
         latencies[i] = time.perf_counter_ns() - t0
     payload = 4 * workload.tokens + 4 * workload.completion_tokens
+    extra: dict[str, object] = {}
+    if name.startswith("llm-replay"):
+        from llm_replay.buffer.gather import gather_backend
+
+        out = impl.sample()  # type: ignore[attr-defined]
+        batch_bytes = sum(a.nbytes for a in out)
+        bandwidth = row_gather_bandwidth(payload // 4, out[0].shape[1])
+        rate = 1e9 / latencies.mean()
+        extra = {
+            "gather_backend": gather_backend(),
+            "batch_bytes": batch_bytes,
+            "row_gather_bytes_per_s": bandwidth,
+            "fraction_of_row_gather_bandwidth": batch_bytes * rate / bandwidth,
+        }
     return {
         "scenario": scenario,
         "implementation": name,
@@ -297,7 +316,24 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
         "resident_bytes": resident,
         "resident_bytes_per_token": resident / workload.tokens,
         "resident_vs_payload": resident / payload,
+        **extra,
     }
+
+
+def row_gather_bandwidth(units: int, width: int, reps: int = 30) -> float:
+    """Bytes per second written by the plainest random row gather on this machine: BATCH rows of
+    `width` int32 at random offsets of an array as large as the table's payload, one numpy fancy
+    index (output bytes counted once; the rows read are the same number of bytes)."""
+    rng = np.random.default_rng(0)
+    source = rng.integers(0, 1 << 30, units + width, dtype=np.int32)
+    windows = np.lib.stride_tricks.sliding_window_view(source, width)
+    best = np.inf
+    for _ in range(reps):
+        offsets = rng.integers(0, units, BATCH)
+        t0 = time.perf_counter_ns()
+        windows[offsets].copy()
+        best = min(best, time.perf_counter_ns() - t0)
+    return BATCH * width * 4 / (best / 1e9)
 
 
 def main() -> None:
@@ -382,6 +418,12 @@ def print_table(results: list[dict[str, object]]) -> None:
             if ratio
             else ""
         )  # type: ignore[index]
+        if "fraction_of_row_gather_bandwidth" in r:
+            note += "; " if note else ""
+            note += (
+                f"{r['gather_backend']} gather, {100 * r['fraction_of_row_gather_bandwidth']:.0f}% "  # type: ignore[operator]
+                f"of the machine's row-gather rate ({r['row_gather_bytes_per_s'] / 2**30:.1f} GiB/s)"  # type: ignore[operator]
+            )
         print(
             f"{r['scenario']:8} {r['implementation']:24} {r['insert_rollouts_per_s']:>10.0f} "
             f"{r['sample_batches_per_s']:>10.0f} {r['sample_p50_us']:>8.0f} {r['sample_p99_us']:>8.0f} "

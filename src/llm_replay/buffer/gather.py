@@ -145,17 +145,14 @@ def _gather_rows(
     attention: Any,
     loss: Any,
 ) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
-    width = ids.shape[1]
     for b in range(len(offset)):
         start = offset[b]
         p = prompt_len[b]
-        c = completion_len[b]
-        n = p + c
-        for t in range(n):
-            ids[b, t] = arena[start + t]
-            attention[b, t] = True
-        for t in range(n, width):
-            ids[b, t] = pad_id
-        for t in range(p, n):
-            bits[b, t] = arena[start + c + t]
-            loss[b, t] = True
+        n = p + completion_len[b]
+        ids[b, :n] = arena[start : start + n]
+        if pad_id != 0:
+            ids[b, n:] = pad_id
+        attention[b, :n] = True
+        shift = start + completion_len[b]  # the log-prob of token t sits at offset + C + t
+        bits[b, p:n] = arena[shift + p : shift + n]
+        loss[b, p:n] = True
