@@ -40,9 +40,11 @@ bench: $(STAMP)
 	$(PY) benchmarks/buffer.py --json docs/bench_buffer.json
 	$(PY) benchmarks/async_runtime.py --json docs/bench_async.json
 	$(PY) benchmarks/durable.py --json docs/bench_durable.json
+	$(PY) benchmarks/disk_arena.py --memory --json docs/bench_disk_arena.json
 
 bench-durable: $(STAMP)
 	$(PY) benchmarks/durable.py --json docs/bench_durable.json
+	$(PY) benchmarks/disk_arena.py --memory --json docs/bench_disk_arena.json
 
 bench-async: $(STAMP)
 	$(PY) benchmarks/async_runtime.py --json docs/bench_async.json
@@ -51,6 +53,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/buffer.py --quick
 	$(PY) benchmarks/async_runtime.py --quick
 	$(PY) benchmarks/durable.py --inserts 8 --repeats 1 --recover-gib 0.02
+	$(PY) benchmarks/disk_arena.py --tokens 2e6 --calls 20
 
 format: $(STAMP)
 	$(PY) -m ruff format src tests benchmarks examples scripts

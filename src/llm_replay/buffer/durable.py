@@ -310,7 +310,11 @@ def recover(
         from llm_replay.buffer.table_state import table_arguments
 
         _check_same_config(table_arguments(saved_meta), expect, root)
-    table = cls.from_state(saved_meta, arrays)
+    overrides: dict[str, Any] = {}
+    if expect is not None and expect.storage.arena_store.disk:
+        store = expect.storage.arena_store
+        overrides = {"arena_dir": store.directory, "resident_budget": store.resident_budget}  # type: ignore[attr-defined]
+    table = cls.from_state(saved_meta, arrays, **overrides)
     lsn = int(manifest["lsn"])
     segments = sorted((root / LOG).glob("*.seg")) if (root / LOG).is_dir() else []
     with table._cond:

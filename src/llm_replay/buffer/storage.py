@@ -14,8 +14,8 @@ it grows (to the projected steady-state size, from the table's capacity and the 
 seen so far) or compacts. Slots are recycled from a free list; a stable key is
 ``epoch * capacity + slot`` so a key names one rollout forever and maps to its slot by arithmetic.
 
-Simplifications: one arena (no sharding); growth and compaction copy under the table's lock.
-Padded batches are copied outside it, from pinned rows (`buffer/gather.py`).
+Growth and compaction copy under the table's lock; padded batches are copied outside it, from
+pinned rows (`buffer/gather.py`). The arena is in RAM or memory-mapped from disk (`buffer/arena.py`).
 """
 
 from __future__ import annotations
@@ -25,24 +25,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.buffer import arena as sizing
+from llm_replay.buffer.arena import MemoryArena, guard_for
 from llm_replay.buffer.gather import PinnedRows
 from llm_replay.buffer.state_check import check_storage_state
 from llm_replay.rollout import RolloutBatch, concat_ranges
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
-
-GROWTH = 1.125
-"""Minimum growth factor of the arena when the projection is exceeded."""
-
-MAX_GROWTH_STEP = 8.0
-"""One growth never allocates more than this multiple of what is needed now."""
-
-HEADROOM = 1.05
-"""The arena is sized to the projected steady state plus this margin."""
-
-UNIT_BYTES = 4
-"""Bytes per arena unit: a token id (int32) or a behaviour log-prob (float32)."""
 
 COLUMNS: dict[str, Any] = {
     "offset": np.int64,
@@ -62,11 +52,6 @@ COLUMNS: dict[str, Any] = {
 }
 
 
-def batch_nbytes(batch: RolloutBatch) -> int:
-    """Payload bytes `batch` takes once stored: ids and completion log-probs, 4 bytes each."""
-    return UNIT_BYTES * (batch.prompt_ids.size + 2 * batch.completion_ids.size)
-
-
 class RolloutStorage:
     """Fixed-capacity slot columns and a growable ring arena; no locking (the table locks)."""
 
@@ -77,10 +62,12 @@ class RolloutStorage:
         max_tokens: int | None = None,
         max_bytes: int | None = None,
         initial_units: int = 1 << 16,
+        arena: MemoryArena | None = None,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity = {capacity}: must be >= 1")
         self.capacity = capacity
+        self.arena_store = arena if arena is not None else MemoryArena()
         self.max_tokens = max_tokens
         self.max_bytes = max_bytes
         # Everything ever added, to project the arena's steady-state size.
@@ -118,8 +105,10 @@ class RolloutStorage:
         # The arena ring.
         self.max_len = 0  # longest rollout (prompt + completion tokens) ever stored
         if max_bytes is not None:  # never start above what the byte bound lets the arena hold
-            initial_units = min(initial_units, int(max_bytes * HEADROOM) // UNIT_BYTES + 1)
-        self._set_arena(np.zeros(max(int(initial_units), 16) + _guard_for(0), dtype=np.int32))
+            initial_units = min(
+                initial_units, int(max_bytes * sizing.HEADROOM) // sizing.UNIT_BYTES + 1
+            )
+        self._set_arena(self.arena_store.new(max(int(initial_units), 16) + guard_for(0)))
         self.head = 0
         self.live_units = 0
         self.num_tokens = 0
@@ -255,7 +244,7 @@ class RolloutStorage:
         if self.max_tokens is not None and self.tokens_added:
             projected = min(projected, self.max_tokens * self.units_added / self.tokens_added)
         if self.max_bytes is not None:
-            projected = min(projected, self.max_bytes / UNIT_BYTES)
+            projected = min(projected, self.max_bytes / sizing.UNIT_BYTES)
         return projected
 
     def _allocate(self, units: I64) -> I64:
@@ -289,10 +278,12 @@ class RolloutStorage:
         needed = self.live_units + incoming
         size = self.data_units
         if needed > 0.9 * size and not force:  # compacting alone would leave too little room: grow
-            projected = min(self.projected_units() * HEADROOM, needed * MAX_GROWTH_STEP)
-            size = max(int(needed * GROWTH), int(projected))
+            projected = min(
+                self.projected_units() * sizing.HEADROOM, needed * sizing.MAX_GROWTH_STEP
+            )
+            size = max(int(needed * sizing.GROWTH), int(projected))
         ordered = self.live_in_order()
-        new = np.empty(size + _guard_for(self.max_len), dtype=np.int32)
+        new = self.arena_store.new(size + guard_for(self.max_len), zeroed=False)
         if len(ordered):
             old_off = self.offset[ordered]
             lengths = self.prompt_len[ordered].astype(np.int64) + 2 * self.completion_len[ordered]
@@ -306,6 +297,7 @@ class RolloutStorage:
                 src, dst = int(old_off[a]), int(new_off[a])
                 span = int(new_off[b - 1] + lengths[b - 1]) - dst
                 new[dst : dst + span] = self.arena[src : src + span]
+                self.arena_store.touched(8 * span)  # read and written
             self.offset[ordered] = new_off
             self.head = int(new_off[-1] + lengths[-1])
         else:
@@ -322,6 +314,7 @@ class RolloutStorage:
         block[concat_ranges(seg_p, p_len)] = batch.prompt_ids
         block[concat_ranges(seg_c, c_len)] = batch.completion_ids
         block[concat_ranges(seg_l, c_len)] = batch.behaviour_logprobs.view(np.int32)
+        self.arena_store.touched(block.nbytes)
 
     # ----------------------------------------------------------------- remove
     def remove(self, slots: I64) -> None:
@@ -353,7 +346,7 @@ class RolloutStorage:
     def _set_arena(self, arena: I32) -> None:
         """Install a new arena buffer and the views that read it."""
         self.arena = arena
-        self.data_units = len(arena) - _guard_for(self.max_len)
+        self.data_units = len(arena) - guard_for(self.max_len)
         width = len(arena) - self.data_units  # the guard, always >= max_len
         # prefix[k, :T] for a row starting at (width - k): k ones then zeros (a mask of length k).
         self._prefix = np.concatenate((np.ones(width, bool), np.zeros(width, bool)))
@@ -417,21 +410,15 @@ class RolloutStorage:
     # ----------------------------------------------------------------- accounting
     @property
     def nbytes(self) -> int:
-        """Bytes held by the storage's arrays (arena capacity included)."""
-        columns = sum(getattr(self, name).nbytes for name in COLUMNS)
-        return int(
-            columns
-            + self.live.nbytes
-            + self.dense.nbytes
-            + self.dense_pos.nbytes
-            + self._order.nbytes
-            + self.arena.nbytes
-        )
+        """Bytes held by the storage's arrays (arena capacity included, even on disk)."""
+        arrays = [getattr(self, name) for name in COLUMNS]
+        arrays += [self.live, self.dense, self.dense_pos, self._order, self.arena]
+        return int(sum(a.nbytes for a in arrays))
 
     @property
     def payload_nbytes(self) -> int:
         """Raw payload of the live rollouts: token ids (4 B) + completion log-probs (4 B)."""
-        return UNIT_BYTES * self.live_units
+        return sizing.UNIT_BYTES * self.live_units
 
     def rollout_tokens(self, slots: I64) -> I64:
         """Prompt + completion tokens of each stored rollout at `slots`."""
@@ -439,7 +426,7 @@ class RolloutStorage:
 
     def rollout_nbytes(self, slots: I64) -> I64:
         """Payload bytes of each stored rollout at `slots` (what `max_bytes` bounds)."""
-        return UNIT_BYTES * (
+        return sizing.UNIT_BYTES * (
             self.prompt_len[slots].astype(np.int64) + 2 * self.completion_len[slots]
         )
 
@@ -486,7 +473,7 @@ class RolloutStorage:
         total = int(units.sum())
         self.max_len = int(max(self.max_len, (p + c).max(initial=0)))
         units_ = max(int(meta["arena_units"]), total, 16)
-        self._set_arena(np.zeros(units_ + _guard_for(self.max_len), dtype=np.int32))
+        self._set_arena(self.arena_store.new(units_ + guard_for(self.max_len)))
         offsets = np.zeros(len(ordered), dtype=np.int64)
         if len(ordered):
             np.cumsum(units[:-1], out=offsets[1:])
@@ -494,6 +481,7 @@ class RolloutStorage:
         self.arena[concat_ranges(offsets, p)] = arrays["prompt_ids"]
         self.arena[concat_ranges(offsets + p, c)] = arrays["completion_ids"]
         self.arena[concat_ranges(offsets + p + c, c)] = arrays["behaviour_logprobs"].view(np.int32)
+        self.arena_store.touched(4 * total)
         self.head = total
         self.live[:] = False
         self.live[ordered] = True
@@ -510,8 +498,3 @@ class RolloutStorage:
         self.live_units = total
         self.num_tokens = int(p.sum() + c.sum())
         self.task_names = list(meta["task_names"])
-
-
-def _guard_for(max_len: int) -> int:
-    """Units kept after the ring so a row window of the widest batch never leaves the buffer."""
-    return max(1024, 2 * max_len)

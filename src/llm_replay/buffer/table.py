@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.buffer.arena import DiskArena, batch_nbytes
 from llm_replay.buffer.arguments import batch_size_arg, keys_arg, pad_id_arg, timeout_arg
 from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, write_atomic_dir
 from llm_replay.buffer.durable import Journaled, OperationLog
@@ -40,7 +41,7 @@ from llm_replay.buffer.rate_limit import MinSize, RateLimiter, RateLimiterTimeou
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import Sampler, Uniform
 from llm_replay.buffer.stats import TableCounters, TableStats
-from llm_replay.buffer.storage import RolloutStorage, batch_nbytes
+from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.buffer.table_state import restore_table, table_arguments, table_state, table_stats
 from llm_replay.buffer.updates import TableUpdates
 from llm_replay.rollout import Group, Rollout, RolloutBatch
@@ -65,7 +66,11 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         rate_limiter: RateLimiter | None = None,
         seed: int = 0,
         name: str = "replay",
+        arena_dir: str | Path | None = None,
+        resident_budget: int = 64 << 20,
     ) -> None:
+        """`arena_dir`: keep the token arena in memory-mapped files there, so the table can hold
+        more than RAM; about `resident_budget` bytes of it stay resident (`buffer.arena`)."""
         self.eviction = EvictionPolicy(
             max_rollouts, max_tokens, max_age, max_times_sampled, max_bytes
         )
@@ -94,7 +99,10 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
             raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
         self.name = str(name)
         self.seed = int(seed)
-        self.storage = RolloutStorage(max_rollouts, max_tokens=max_tokens, max_bytes=max_bytes)
+        arena = None if arena_dir is None else DiskArena(arena_dir, resident_budget=resident_budget)
+        self.storage = RolloutStorage(
+            max_rollouts, max_tokens=max_tokens, max_bytes=max_bytes, arena=arena
+        )
         self.sampler.bind(self.storage)
         self._rng = np.random.default_rng(seed)
         self._cond = threading.Condition(threading.Lock())
@@ -274,6 +282,7 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         finally:
             with self._cond:
                 self.storage.unpin(pin)
+        self.storage.arena_store.touched(ids.nbytes + logprobs.nbytes)
         return Sample(
             input_ids=ids,
             behaviour_logprobs=logprobs,
@@ -411,8 +420,12 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         return table_state(self)
 
     @classmethod
-    def from_state(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> ReplayTable:
-        table = cls(**table_arguments(meta))
+    def from_state(
+        cls, meta: dict[str, Any], arrays: dict[str, np.ndarray], **overrides: Any
+    ) -> ReplayTable:
+        """The table `state()` described; `overrides` set what a state does not carry (where
+        the arena lives: `arena_dir`, `resident_budget`)."""
+        table = cls(**{**table_arguments(meta), **overrides})
         restore_table(table, meta, arrays)
         return table
 
