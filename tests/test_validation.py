@@ -151,3 +151,49 @@ def test_one_rollout_integers_are_range_checked() -> None:
         Rollout([1], [2], [-0.1], 1.0, 0, 2**64)
     with pytest.raises(InvalidRolloutError, match="reward"):
         Rollout([1], [2], [-0.1], 10**400, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("id_dtype", "logprob_dtype"),
+    [("int32", "float32"), ("int64", "float64"), ("uint16", "float16"), ("int32", "float64")],
+)
+def test_numpy_rows_take_the_fast_path_and_match_the_checked_one(
+    id_dtype: str, logprob_dtype: str
+) -> None:
+    """Rows given as numpy arrays of one dtype skip the per-row checks; the batch must be the
+    same as from plain lists, and bad values are still named by row and position."""
+    from llm_replay.rollout import RolloutBatch
+    from llm_replay.validation import _numpy_rows
+
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 9, 12)
+    prompts = [rng.integers(0, 500, 3).astype(id_dtype) for _ in lengths]
+    completions = [rng.integers(0, 500, n).astype(id_dtype) for n in lengths]
+    logprobs = [(-rng.random(n)).astype(logprob_dtype) for n in lengths]
+    assert _numpy_rows(completions, "iu") is not None
+    common = {"rewards": np.zeros(12), "group_ids": np.arange(12), "policy_versions": 0}
+    fast = RolloutBatch.from_ragged(
+        prompt_ids=prompts,
+        completion_ids=completions,
+        behaviour_logprobs=logprobs,
+        allow_empty=True,
+        **common,
+    )
+    slow = RolloutBatch.from_ragged(
+        prompt_ids=[p.tolist() for p in prompts],
+        completion_ids=[c.tolist() for c in completions],
+        behaviour_logprobs=[lp.astype(np.float64).tolist() for lp in logprobs],
+        allow_empty=True,
+        **common,
+    )
+    for column in ("prompt_ids", "completion_ids", "completion_lengths", "behaviour_logprobs"):
+        np.testing.assert_array_equal(getattr(fast, column), getattr(slow, column))
+    bad = [*completions[:-1], np.array([1, -3], dtype="int32")]
+    with pytest.raises(InvalidRolloutError, match=r"rollouts\[11\]\.completion_ids\[1\] = -3"):
+        RolloutBatch.from_ragged(
+            prompt_ids=prompts,
+            completion_ids=bad,
+            behaviour_logprobs=[*logprobs[:-1], np.zeros(2, logprob_dtype)],
+            allow_empty=True,
+            **common,
+        )

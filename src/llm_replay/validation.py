@@ -160,6 +160,9 @@ def ragged_rows(name: str, rows: object, kinds: str) -> tuple[npt.NDArray[np.int
     int64 and reals to float64, so nothing is narrowed before the range checks."""
     if isinstance(rows, str | bytes) or not isinstance(rows, Sequence | np.ndarray):
         raise InvalidRolloutError(name, rows, "must be a sequence of 1-D sequences")
+    fast = _numpy_rows(rows, kinds)
+    if fast is not None:
+        return fast
     wide = np.float64 if "f" in kinds else np.int64
     lengths = np.zeros(len(rows), dtype=np.int64)
     parts: list[np.ndarray] = []
@@ -180,6 +183,30 @@ def ragged_rows(name: str, rows: object, kinds: str) -> tuple[npt.NDArray[np.int
         parts.append(array.astype(wide, copy=False))
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=wide)
     return lengths, flat
+
+
+SAFE_DTYPES = {
+    np.dtype(t) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32")
+}
+
+
+def _numpy_rows(rows: Any, kinds: str) -> tuple[npt.NDArray[np.int64], np.ndarray] | None:
+    """The common case, fast: every row a 1-D numpy array of one dtype that needs no widening
+    check (ints up to uint32, or floats when allowed). None sends the caller down the checked path
+    (which also names the offending row)."""
+    if not len(rows) or any(type(row) is not np.ndarray or row.ndim != 1 for row in rows):
+        return None
+    dtypes = {row.dtype for row in rows}
+    if len(dtypes) != 1:
+        return None
+    dtype = dtypes.pop()
+    if (
+        not (dtype in SAFE_DTYPES or (dtype.kind == "f" and "f" in kinds))
+        or dtype.kind not in kinds
+    ):
+        return None
+    lengths = np.fromiter((row.size for row in rows), dtype=np.int64, count=len(rows))
+    return lengths, np.concatenate(rows)
 
 
 def encode_tasks(
