@@ -106,7 +106,7 @@ def test_compare_then_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_method_seeds_archive_and_partial_reports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(ROOT)
     archive = tmp_path / "archive"
@@ -162,6 +162,11 @@ methods:
     partial = json.loads((out / "summary.json").read_text())
     assert set(partial["methods"]) == {"on_policy"}
     assert partial["experiment"]["unfinished_runs"] == ["uniform/seed-0"]
+    capsys.readouterr()
+    assert main(["report", str(path), "--markdown"]) == 0
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("| method | seeds | final acc")
+    assert "| on_policy | 2 |" in markdown and "Not finished yet (1): uniform/seed-0" in markdown
 
 
 def test_method_seeds_must_pair_with_the_baseline(tmp_path: Path) -> None:

@@ -94,22 +94,29 @@ def _ratio_cell(ratio: float | None, interval: list[float | None] | None) -> str
 
 
 def print_comparison(summary: dict[str, Any]) -> None:
+    """Per method: seeds, final accuracy (median, min–max), pass@8, entropy, the slope of the last
+    20% of the run (points per tenth of the budget), μ, sampled age, and the ratios with their
+    bootstrap 95% intervals."""
     bases = summary["experiment"]["bases"]
     table = Table(
         title=f"{summary['experiment']['name']}: compute to reach the baseline's final accuracy "
         f"({100 * summary['target_accuracy']:.1f}%), ÷ baseline"
     )
     table.add_column("method")
-    for column in ("final acc", "pass@8", "μ", "age", *bases):
+    for column in ("seeds", "final acc", "pass@8", "entropy", "tail slope", "μ", "age", *bases):
         table.add_column(column, justify="right")
     for name, m in summary["methods"].items():
         ratios = m["compute_to_target_ratio"]
         pass8 = m.get("pass@8", {}).get("median")
+        slope = m.get("tail_slope_mu_5")
         table.add_row(
             name,
+            str(m["seeds"]),
             f"{100 * m['final_accuracy']['median']:.1f}% ({100 * m['final_accuracy']['min']:.0f}–"
             f"{100 * m['final_accuracy']['max']:.0f})",
             "—" if pass8 is None else f"{100 * pass8:.0f}%",
+            f"{m['entropy']['median']:.3f}",
+            "—" if slope is None else f"{slope:+.2f}",
             "—" if m["mu_measured"] is None else f"{m['mu_measured']:.2f}",
             "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
             *(
@@ -137,10 +144,55 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
     summary = summarise(experiment)
+    if args.markdown:
+        print(comparison_markdown(summary))
+        return 0
     print_comparison(summary)
     for plot in summary["plots"]:
         console.print(f"plot: {plot}")
     return 0
+
+
+def _percent_cell(spread: dict[str, Any]) -> str:
+    text = f"{100 * spread['median']:.0f}%"
+    interval = spread.get("ci95")
+    if interval and None not in interval:
+        text += f" [{100 * interval[0]:.0f}–{100 * interval[1]:.0f}]"
+    return text
+
+
+def comparison_markdown(summary: dict[str, Any]) -> str:
+    """The comparison as a Markdown table (what docs/RESULTS.md shows), same cells as the
+    terminal table; the unfinished runs are listed under it."""
+    bases = summary["experiment"]["bases"]
+    head = ["method", "seeds", "final acc (min–max)", "pass@8", "entropy", "tail slope", "age"]
+    lines = ["| " + " | ".join([*head, *(f"ratio {b}" for b in bases)]) + " |"]
+    lines.append("|" + "---|" * (len(head) + len(bases)))
+    for name, m in summary["methods"].items():
+        acc = m["final_accuracy"]
+        pass8 = m.get("pass@8", {})
+        slope = m.get("tail_slope_mu_5")
+        cells = [
+            name,
+            str(m["seeds"]),
+            f"{100 * acc['median']:.1f}% ({100 * acc['min']:.1f}–{100 * acc['max']:.1f})",
+            "—" if not pass8 else _percent_cell(pass8),
+            f"{m['entropy']['median']:.3f}",
+            "—" if slope is None else f"{slope:+.2f}",
+            "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
+            *(
+                _ratio_cell(
+                    m["compute_to_target_ratio"][b],
+                    m.get("compute_to_target_ratio_ci95", {}).get(b),
+                )
+                for b in bases
+            ),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    missing = summary["experiment"].get("unfinished_runs") or []
+    if missing:
+        lines.append(f"\nNot finished yet ({len(missing)}): " + ", ".join(missing))
+    return "\n".join(lines)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -272,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("experiment", help="experiment YAML (see configs/experiment.yaml)")
         cmd.add_argument("--quick", action="store_true", help="the experiment's reduced version")
         cmd.add_argument("--out", help="output directory (default: the experiment's `out`)")
+        if name == "report":
+            cmd.add_argument("--markdown", action="store_true", help="print a Markdown table")
         if name == "compare":
             cmd.add_argument("--quiet", action="store_true", help="no progress bars")
         cmd.set_defaults(func=func)
