@@ -42,7 +42,7 @@ import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Self, cast
 
 import numpy as np
 
@@ -54,8 +54,7 @@ from llm_replay.buffer.checkpoint import (
 )
 from llm_replay.rollout import RolloutBatch
 
-if TYPE_CHECKING:
-    from llm_replay.buffer.table import ReplayTable
+Table = Any  # a ReplayTable: not imported, as `table` imports this module (no import cycle)
 
 MAGIC = b"LRJ1"
 HEAD = struct.Struct("<4sQIQI")  # magic, lsn, header length, data length, crc32
@@ -235,7 +234,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_snapshot(table: ReplayTable, log: OperationLog) -> None:
+def write_snapshot(table: Table, log: OperationLog) -> None:
     """Snapshot everything up to the log's last record, then start a new segment (caller holds
     the table's lock)."""
     meta, arrays = table.state_unlocked()
@@ -243,7 +242,7 @@ def write_snapshot(table: ReplayTable, log: OperationLog) -> None:
     log.rotate()
 
 
-def apply(table: ReplayTable, op: str, fields: dict[str, Any]) -> None:
+def apply(table: Table, op: str, fields: dict[str, Any]) -> None:
     """Redo one logged change (the caller holds the table's lock; limiters are not consulted:
     the change was admitted when it was first made)."""
     if op == "insert":
@@ -268,14 +267,14 @@ def apply(table: ReplayTable, op: str, fields: dict[str, Any]) -> None:
 
 
 def open_table(
-    cls: type[ReplayTable],
+    cls: Any,
     directory: str | Path,
     *,
     fsync: str = "always",
     fsync_every: int = 16,
     compact_bytes: int = 1 << 30,
     **table_kwargs: Any,
-) -> ReplayTable:
+) -> Table:
     """A durable table in `directory`: recovered if it holds one, else new from `table_kwargs`."""
     root = Path(directory)
     fresh = cls(**table_kwargs)
@@ -300,8 +299,8 @@ def is_durable_dir(path: str | Path) -> bool:
 
 
 def recover(
-    cls: type[ReplayTable], root: Path, *, repair: bool, expect: ReplayTable | None = None
-) -> tuple[ReplayTable, int]:
+    cls: Any, root: Path, *, repair: bool, expect: Table | None = None
+) -> tuple[Table, int]:
     """The table a durable directory holds (snapshot + log replayed) and its last sequence
     number; `repair` cuts a torn tail off the log (read-only callers leave it)."""
     manifest, arrays = read_checkpoint_dir(resolve_checkpoint(root / SNAPSHOT))
@@ -313,7 +312,7 @@ def recover(
     overrides: dict[str, Any] = {}
     if expect is not None and expect.storage.arena_store.disk:
         store = expect.storage.arena_store
-        overrides = {"arena_dir": store.directory, "resident_budget": store.resident_budget}  # type: ignore[attr-defined]
+        overrides = {"arena_dir": store.directory, "resident_budget": store.resident_budget}
     table = cls.from_state(saved_meta, arrays, **overrides)
     lsn = int(manifest["lsn"])
     segments = sorted((root / LOG).glob("*.seg")) if (root / LOG).is_dir() else []
@@ -336,7 +335,7 @@ def recover(
     return table, lsn
 
 
-def _check_same_config(saved: dict[str, Any], fresh: ReplayTable, root: Path) -> None:
+def _check_same_config(saved: dict[str, Any], fresh: Table, root: Path) -> None:
     from llm_replay.buffer.table_state import table_arguments
 
     meta, _ = fresh.state_unlocked()
@@ -359,18 +358,18 @@ class Journaled:
     _cond: threading.Condition
 
     @classmethod
-    def open(cls, directory: str | Path, **kwargs: Any) -> ReplayTable:
+    def open(cls, directory: str | Path, **kwargs: Any) -> Self:
         """A crash-durable table kept in `directory` (see `buffer.durable`): recovered exactly if
         the directory holds one, else created from `kwargs` (the constructor's arguments, plus
         `fsync` = "always" | "every" | "never", `fsync_every`, `compact_bytes`)."""
-        return open_table(cls, directory, **kwargs)  # type: ignore[arg-type]
+        return cast(Self, open_table(cls, directory, **kwargs))
 
     @classmethod
-    def read(cls, path: str | Path) -> ReplayTable:
+    def read(cls, path: str | Path) -> Self:
         """The table in `path`, a `save()` checkpoint or a durable directory, read without
         changing anything there (a durable table's torn tail is skipped, not cut off)."""
         if is_durable_dir(path):
-            return recover(cls, Path(path), repair=False)[0]  # type: ignore[arg-type]
+            return cast(Self, recover(cls, Path(path), repair=False)[0])
         return cls.load(path)  # type: ignore[attr-defined,no-any-return]
 
     @property
@@ -383,11 +382,11 @@ class Journaled:
             return
         self._log.append(op, fields)
         if self._log.bytes_since_snapshot > self._log.compact_bytes:
-            write_snapshot(self, self._log)  # type: ignore[arg-type]
+            write_snapshot(self, self._log)
 
     def checkpoint(self) -> None:
         """Durable tables: snapshot the table and drop the log it covers."""
         if self._log is None:
             raise ValueError("checkpoint: not a durable table (use ReplayTable.open or save)")
         with self._cond:
-            write_snapshot(self, self._log)  # type: ignore[arg-type]
+            write_snapshot(self, self._log)

@@ -6,17 +6,14 @@ them, so `ReplayTable.uniform(...)` etc. are how callers build the usual tables.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Self, cast
 
 from llm_replay.buffer.rate_limit import RateLimiter
 from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Uniform
 
-if TYPE_CHECKING:
-    from llm_replay.buffer.table import ReplayTable
 
-
-def _build(cls: type, *args: Any, **kwargs: Any) -> ReplayTable:
-    return cast("ReplayTable", cls(*args, **kwargs))
+def _build(cls: type, *args: Any, **kwargs: Any) -> Any:
+    return cls(*args, **kwargs)
 
 
 class TablePresets:
@@ -30,7 +27,7 @@ class TablePresets:
         max_insert_batch: int | None = None,
         max_sample_batch: int | None = None,
         **kwargs: Any,
-    ) -> ReplayTable:
+    ) -> Self:
         """The on-policy queue: oldest first, each rollout used once; a full queue blocks inserts.
 
         Inserts of up to `max_insert_batch` and samples of up to `max_sample_batch` rollouts
@@ -47,19 +44,19 @@ class TablePresets:
             max_sample_batch=sample_batch,
         )
         kwargs.setdefault("rate_limiter", limiter)
-        return _build(cls, max_rollouts, sampler=Fifo(), max_times_sampled=1, **kwargs)
+        return cast(Self, _build(cls, max_rollouts, sampler=Fifo(), max_times_sampled=1, **kwargs))
 
     @classmethod
-    def uniform(cls, max_rollouts: int, *, replacement: bool = True, **kwargs: Any) -> ReplayTable:
+    def uniform(cls, max_rollouts: int, *, replacement: bool = True, **kwargs: Any) -> Self:
         """FIFO buffer of size N, uniform sampling without removal (arXiv 2604.08706)."""
-        return _build(cls, max_rollouts, sampler=Uniform(replacement=replacement), **kwargs)
+        return cast(
+            Self, _build(cls, max_rollouts, sampler=Uniform(replacement=replacement), **kwargs)
+        )
 
     @classmethod
-    def positive_biased(
-        cls, max_rollouts: int, *, delta: float = 0.5, **kwargs: Any
-    ) -> ReplayTable:
+    def positive_biased(cls, max_rollouts: int, *, delta: float = 0.5, **kwargs: Any) -> Self:
         """Freshest (1-δ)N plus freshest δN correct rollouts, uniform draws (arXiv 2604.08706)."""
-        return _build(cls, max_rollouts, sampler=PositiveBiased(delta=delta), **kwargs)
+        return cast(Self, _build(cls, max_rollouts, sampler=PositiveBiased(delta=delta), **kwargs))
 
     @classmethod
     def prioritized(
@@ -71,8 +68,8 @@ class TablePresets:
         max_age: int | None = 10,
         decay_steps: float | None = None,
         **kwargs: Any,
-    ) -> ReplayTable:
+    ) -> Self:
         """|A|-prioritized rollouts with age eviction (arXiv 2606.04560: α=0.5, τ_max=10);
         `decay_steps` = τ multiplies each mass by exp(−age/τ) (FreshPER, arXiv 2604.16918)."""
         sampler = Prioritized(alpha=alpha, beta=beta, decay_steps=decay_steps)
-        return _build(cls, max_rollouts, sampler=sampler, max_age=max_age, **kwargs)
+        return cast(Self, _build(cls, max_rollouts, sampler=sampler, max_age=max_age, **kwargs))

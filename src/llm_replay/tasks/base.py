@@ -10,11 +10,8 @@ by a hash of the prompt (`tasks.split`) or, given a separate eval file, filter t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from llm_replay.tasks.split import SplitReport
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -59,6 +56,38 @@ def disjoint_train(
             seen.add(problem.prompt)
             kept.append(problem)
     return tuple(kept)
+
+
+@dataclass(frozen=True)
+class SplitReport:
+    """How a split was filled: rows requested and kept, unique prompts, generator draws used."""
+
+    split: str
+    requested: int
+    rows: int
+    unique: int
+    draws: int
+
+    @property
+    def repeats(self) -> bool:
+        return self.unique < self.rows
+
+    def warning(self) -> str | None:
+        """A sentence for the run log when the split is short or mostly repeats, else None."""
+        if self.rows < self.requested:
+            return (
+                f"{self.split} split: {self.rows} of {self.requested} requested problems "
+                f"after {self.draws} draws ({self.unique} unique)"
+            )
+        if self.unique * 2 < self.rows:
+            return (
+                f"{self.split} split: {self.rows} problems but only {self.unique} unique prompts: "
+                "the generator's problem space is small, so problems repeat in its proportions"
+            )
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 class SplitTask:

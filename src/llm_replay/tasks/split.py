@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
 
-from llm_replay.tasks.base import Problem, TaskError
+from llm_replay.tasks.base import Problem, SplitReport, TaskError
 
 
 def hash_fraction(prompt: str, salt: str = "") -> float:
@@ -31,38 +29,6 @@ def hash_fraction(prompt: str, salt: str = "") -> float:
 
 def in_eval_side(prompt: str, eval_share: float, salt: str = "") -> bool:
     return hash_fraction(prompt, salt) < eval_share
-
-
-@dataclass(frozen=True)
-class SplitReport:
-    """How a split was filled: rows requested and kept, unique prompts, generator draws used."""
-
-    split: str
-    requested: int
-    rows: int
-    unique: int
-    draws: int
-
-    @property
-    def repeats(self) -> bool:
-        return self.unique < self.rows
-
-    def warning(self) -> str | None:
-        """A sentence for the run log when the split is short or mostly repeats, else None."""
-        if self.rows < self.requested:
-            return (
-                f"{self.split} split: {self.rows} of {self.requested} requested problems "
-                f"after {self.draws} draws ({self.unique} unique)"
-            )
-        if self.unique * 2 < self.rows:
-            return (
-                f"{self.split} split: {self.rows} problems but only {self.unique} unique prompts: "
-                "the generator's problem space is small, so problems repeat in its proportions"
-            )
-        return None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def fill_split(
