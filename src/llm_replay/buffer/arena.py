@@ -43,6 +43,9 @@ HEADROOM = 1.05
 UNIT_BYTES = 4
 """Bytes per arena unit: a token id (int32) or a behaviour log-prob (float32)."""
 
+COPY_UNITS = 1 << 21
+"""A growth or compaction copies at most this many units (8 MiB) between page releases."""
+
 
 def guard_for(max_len: int) -> int:
     """Units kept after the ring so a row window of the widest batch never leaves the buffer."""
@@ -88,6 +91,9 @@ class DiskArena(MemoryArena):
         with path.open("wb") as handle:  # a sparse file of the right length: zeros for free
             handle.truncate(max(1, units) * 4)
         array = np.memmap(path, dtype=np.int32, mode="r+", shape=(units,))
+        mapping = getattr(array, "_mmap", None)
+        if mapping is not None:  # samples read scattered rows: no read-ahead around them
+            mapping.madvise(mmap.MADV_RANDOM)
         if self._path is not None:
             self._path.unlink(missing_ok=True)  # pinned readers keep their mapping
         self._current, self._path = array, path

@@ -278,10 +278,10 @@ class RolloutStorage:
         needed = self.live_units + incoming
         size = self.data_units
         if needed > 0.9 * size and not force:  # compacting alone would leave too little room: grow
-            projected = min(
-                self.projected_units() * sizing.HEADROOM, needed * sizing.MAX_GROWTH_STEP
+            projected = self.projected_units() * sizing.HEADROOM
+            size = max(
+                int(needed * sizing.GROWTH), int(min(projected, needed * sizing.MAX_GROWTH_STEP))
             )
-            size = max(int(needed * sizing.GROWTH), int(projected))
         ordered = self.live_in_order()
         new = self.arena_store.new(size + guard_for(self.max_len), zeroed=False)
         if len(ordered):
@@ -296,8 +296,10 @@ class RolloutStorage:
             for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
                 src, dst = int(old_off[a]), int(new_off[a])
                 span = int(new_off[b - 1] + lengths[b - 1]) - dst
-                new[dst : dst + span] = self.arena[src : src + span]
-                self.arena_store.touched(8 * span)  # read and written
+                for at in range(0, span, sizing.COPY_UNITS):  # bounded pages held at once
+                    n = min(sizing.COPY_UNITS, span - at)
+                    new[dst + at : dst + at + n] = self.arena[src + at : src + at + n]
+                    self.arena_store.touched(8 * n)  # read and written
             self.offset[ordered] = new_off
             self.head = int(new_off[-1] + lengths[-1])
         else:
@@ -426,9 +428,7 @@ class RolloutStorage:
 
     def rollout_nbytes(self, slots: I64) -> I64:
         """Payload bytes of each stored rollout at `slots` (what `max_bytes` bounds)."""
-        return sizing.UNIT_BYTES * (
-            self.prompt_len[slots].astype(np.int64) + 2 * self.completion_len[slots]
-        )
+        return sizing.UNIT_BYTES * (self.rollout_tokens(slots) + self.completion_len[slots])
 
     # ----------------------------------------------------------------- state
     def state_arrays(self) -> dict[str, np.ndarray]:
