@@ -53,7 +53,8 @@ class CheckpointError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- files
-def _fsync(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory: so a new or renamed entry in it is durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -85,16 +86,16 @@ def _write_done(root: Path) -> None:
     """fsync every file and folder, then write and fsync DONE with each file's size and CRC."""
     files = _files(root)
     for path in files:
-        _fsync(path)
+        fsync_path(path)
     for folder in sorted({p.parent for p in files}, key=lambda p: len(p.parts), reverse=True):
-        _fsync(folder)
+        fsync_path(folder)
     listing = {
         str(p.relative_to(root)): {"size": p.stat().st_size, "crc32": _crc32(p)} for p in files
     }
     body = {"format": DONE_FORMAT, "saved_ns": time.time_ns(), "files": listing}
     (root / DONE).write_text(json.dumps(body, sort_keys=True))
-    _fsync(root / DONE)
-    _fsync(root)
+    fsync_path(root / DONE)
+    fsync_path(root)
 
 
 def _read_done(root: Path) -> dict[str, Any]:
@@ -194,7 +195,7 @@ def _repair(target: Path) -> None:
             if target.exists():
                 _discard(target)
             os.replace(max(complete)[1], target)
-            _fsync(target.parent)
+            fsync_path(target.parent)
     for path in _siblings(target):
         _discard(path)
 
@@ -218,7 +219,7 @@ def atomic_directory(target: Path) -> Iterator[Path]:
             aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
             os.replace(target, aside)  # an empty directory is replaced atomically
         os.replace(tmp, target)
-        _fsync(target.parent)
+        fsync_path(target.parent)
     except BaseException:
         if aside is not None and not target.exists():
             os.replace(aside, target)

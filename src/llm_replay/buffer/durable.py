@@ -48,6 +48,7 @@ import numpy as np
 
 from llm_replay.buffer.checkpoint import (
     CheckpointError,
+    fsync_path,
     read_checkpoint_dir,
     resolve_checkpoint,
     write_atomic_dir,
@@ -190,7 +191,7 @@ class OperationLog:
         path = log_dir / f"{first_lsn:020d}.seg"
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.segment = path
-        _fsync_dir(log_dir)
+        fsync_path(log_dir)
 
     def append(self, op: str, fields: dict[str, Any]) -> None:
         record = encode_record(self.lsn + 1, op, fields)
@@ -224,14 +225,6 @@ class OperationLog:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = -1
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_snapshot(table: Table, log: OperationLog) -> None:
