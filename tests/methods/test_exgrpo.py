@@ -165,3 +165,14 @@ def test_knobs_are_checked_and_the_method_is_registered() -> None:
         ExGRPOConfig(centre=2.0).check()
     with pytest.raises(MethodConfigError, match="sigma"):
         ExGRPOConfig(sigma=0.0).check()
+
+
+def test_evicted_trajectories_leave_the_index() -> None:
+    m = method(capacity=8)
+    for round_ in range(6):  # 4 successes per round into a table of 8: older ones are evicted
+        spec = [(1000 * round_ + q, [True, True, False, False]) for q in range(0, 20, 10)]
+        list(m.batches(groups(spec)))
+    entries = sum(len(e) for e in m._index.values())
+    assert entries <= 2 * 8 + 4  # pruned past twice the table's size
+    live = m.table.contains(np.asarray([k for e in m._index.values() for _, k in e]))
+    assert live.sum() == m.table.size

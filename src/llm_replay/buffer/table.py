@@ -295,6 +295,12 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         """Read stored rollouts by key without counting a sample; also returns which keys exist."""
         return self._by_key(keys, pad_id, count=False)
 
+    def contains(self, keys: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+        """Which of `keys` name rollouts still stored."""
+        key_array = keys_arg(keys)
+        with self._cond:
+            return self.storage.slots_of(key_array)[1]
+
     def take(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
         """Draw the rollouts with these keys, counted like `sample` (times sampled, ages, eviction
         by `max_times_sampled`), for methods that choose rollouts themselves; missing keys are

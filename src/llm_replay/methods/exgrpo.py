@@ -163,6 +163,8 @@ class ExGRPO(ReplayMethod):
             elif 0.0 < rate < 1.0 and question not in self.retired:
                 keep.extend(members[correct].tolist())
         self.stored_last = len(keep)
+        if sum(len(e) for e in self._index.values()) > 2 * self.table.max_rollouts:
+            self._prune()
         if not keep:
             return
         rows = np.asarray(keep)
@@ -176,7 +178,7 @@ class ExGRPO(ReplayMethod):
         pending = self._pick_questions(n)
         while pending and len(chosen) < n:
             best = {q: min(self._index[q])[1] for q in pending}
-            _, found = self.table.get(np.asarray(list(best.values()), dtype=np.int64))
+            found = self.table.contains(np.asarray(list(best.values()), dtype=np.int64))
             retry = []
             for (question, key), alive in zip(best.items(), found.tolist(), strict=True):
                 if alive:
@@ -192,6 +194,17 @@ class ExGRPO(ReplayMethod):
             return None
         sample, _ = self.table.take(np.asarray(chosen, dtype=np.int64))
         return sample
+
+    def _prune(self) -> None:
+        """Drop index entries of trajectories the table has evicted (FIFO at capacity)."""
+        for question in list(self._index):
+            entries = self._index[question]
+            alive = self.table.contains(np.asarray([k for _, k in entries], dtype=np.int64))
+            kept = [e for e, a in zip(entries, alive.tolist(), strict=True) if a]
+            if kept:
+                self._index[question] = kept
+            else:
+                del self._index[question]
 
     def _pick_questions(self, n: int) -> list[bytes]:
         buckets: list[list[bytes]] = [[], [], []]
