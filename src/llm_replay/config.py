@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import yaml
 
+from llm_replay.buffer.durable import FSYNC_POLICIES
 from llm_replay.config_parse import (
     ConfigError,
     build,
@@ -363,6 +364,8 @@ class WorkersConfig:
     learner_gpus: float = 0.0
     ray_address: str | None = None
     max_restarts: int = 3
+    table_shards: int = 1
+    table_fsync: str | None = None  # None: tables in memory; "always" | "every" | "never": durable
 
     def check(self) -> None:
         _positive("count", self.count)
@@ -374,6 +377,18 @@ class WorkersConfig:
         for name in ("cpus_per_worker", "gpus_per_worker", "learner_cpus", "learner_gpus"):
             _positive(name, getattr(self, name), zero_ok=True)
         _positive("max_restarts", self.max_restarts, zero_ok=True)
+        if isinstance(self.table_shards, bool) or not isinstance(self.table_shards, int):
+            raise ConfigError(f"table_shards = {self.table_shards!r}: must be an integer >= 1")
+        _positive("table_shards", self.table_shards)
+        if self.table_fsync is not None and self.table_fsync not in FSYNC_POLICIES:
+            raise ConfigError(
+                f"table_fsync = {self.table_fsync!r}: choose one of {FSYNC_POLICIES} or null"
+            )
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the Ray runtime runs its table as shards behind a front (`runtime.shards`)."""
+        return self.table_shards > 1 or self.table_fsync is not None
 
 
 @dataclass
@@ -413,6 +428,7 @@ class Config:
                     f"{self.replay.method!r}'s table from the workers directly, which does not "
                     "carry the source table's versions yet; start it in a sync run"
                 )
+            self._check_shards(method)
             need = (
                 self.replay.samples_per_insert * self.generation.rollouts_per_step
                 + self.train.batch_size
@@ -426,6 +442,31 @@ class Config:
                     f"replay_ratio × rollouts_per_step + batch_size = {need:g} rollouts, or a "
                     "blocked worker and a blocked learner could deadlock"
                 )
+
+    def _check_shards(self, method: type[ReplayMethod]) -> None:
+        w = self.workers
+        if not w.sharded:
+            return
+        field_name = "table_shards" if w.table_shards > 1 else "table_fsync"
+        value = getattr(w, field_name)
+        if self.runtime != "ray":
+            raise ConfigError(
+                f"workers.{field_name} = {value!r}: sharded and durable tables run under "
+                f"runtime=ray (this run is runtime={self.runtime})"
+            )
+        mode = async_mode(method, bool(self.replay.enabled_options()))
+        if mode != "table" or method.consumes_rollouts:
+            what = "consumes each rollout once" if mode == "table" else "runs in rounds"
+            raise ConfigError(
+                f"workers.{field_name} = {value!r}: method {self.replay.method!r} {what} under "
+                "runtime=ray; sharded and durable tables serve the methods whose table the "
+                "workers fill at the replay ratio (uniform, positive)"
+            )
+        if not hasattr(self.replay.settings, "capacity"):
+            raise ConfigError(
+                f"workers.{field_name} = {value!r}: method {self.replay.method!r} has no "
+                "replay.capacity to split across shards"
+            )
 
     @property
     def run_dir(self) -> Path:

@@ -149,3 +149,43 @@ def test_a_rounds_method_runs_and_resumes_on_ray(tmp_path: Path) -> None:
     assert summary["iterations"] == 3 and summary["steps"] == 3  # one batch per round
     last = [r for r in read_log(tmp_path) if r["kind"] == "train"][-1]
     assert last["buffer/size"] > 0 and last["async/workers_alive"] == 2
+
+
+def test_two_durable_shards_survive_a_killed_shard_and_a_killed_worker(tmp_path: Path) -> None:
+    """The extended fault test: shard 1's actor and a worker die mid-run; Ray restarts the shard
+    from its durable log, the front retries, and the checkpoint loses and doubles nothing."""
+    base = [
+        "runtime=ray",
+        "replay.capacity=100000",
+        "workers.table_shards=2",
+        "workers.table_fsync=never",
+        "log.checkpoint_every=1",
+        *RAY_CPUS,
+    ]
+    config = tiny_config(UNIFORM, tmp_path, "train.iterations=6", *base)
+    trainer: Any = build_trainer(config)
+    pids: list[int] = []
+
+    def kill_shard_and_worker(tr: Any, record: dict[str, Any]) -> None:
+        if record["iteration"] == 2:
+            shard = tr.shards[1]
+            pids.append(ray.get(shard.pid.remote()))
+            ray.kill(shard, no_restart=False)  # Ray restarts it; it recovers from its log
+            ray.kill(tr.workers[0].actor)
+            assert _wait_until_dead(tr.workers[0].actor)
+        if record["iteration"] == 5:
+            pids.append(ray.get(tr.shards[1].pid.remote()))
+
+    summary = trainer.run(on_iteration=kill_shard_and_worker)
+    assert summary["iterations"] == 6 and len(pids) == 2 and pids[0] != pids[1]
+    assert trainer.workers[0].restarts == 1
+    assert trainer.delivered_rollouts == trainer.final_table_inserts > 0
+    last = [r for r in read_log(tmp_path) if r["kind"] == "train"][-1]
+    assert last["async/table_shards"] == 2 and last["buffer/inserts"] > 0
+    assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", config)
+    assert len(list((tmp_path / "checkpoint" / "replay" / "table").glob("shard-*"))) == 2
+
+    resumed = tiny_config(UNIFORM, tmp_path, "train.iterations=8", *base)
+    summary = build_trainer(resumed).run(resume=True)
+    assert summary["iterations"] == 8 and summary["steps"] == 16
+    assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", resumed)

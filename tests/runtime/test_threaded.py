@@ -120,17 +120,22 @@ def assert_checkpoint_loses_and_doubles_nothing(checkpoint: Path, config: Any) -
     table or listed among its outstanding work items — never both, never twice, never neither.
     (Needs a table large enough to keep every rollout.)"""
     state = json.loads((checkpoint / "state.json").read_text())
-    table = ReplayTable.load(checkpoint / "replay" / "table")
+    root = checkpoint / "replay" / "table"
+    shards = sorted(root.glob("shard-*"))  # a sharded Ray table: one table per shard
+    tables = [ReplayTable.load(path) for path in shards] if shards else [ReplayTable.load(root)]
     group_size = config.generation.group_size
     per_item = config.generation.prompts_per_step
-    stored = Counter(table.storage.group_id[table.storage.live_slots()].tolist())
+    stored: Counter[int] = Counter()
+    for table in tables:
+        stored.update(table.storage.group_id[table.storage.live_slots()].tolist())
     assert set(stored.values()) == {group_size}  # no group inserted twice, none cut short
     plan = state["work_plan"]
     outstanding = {item["first_group"] + k for item in plan["outstanding"] for k in range(per_item)}
     assert not set(stored) & outstanding
     assert set(stored) | outstanding == set(range(plan["prompts_drawn"]))
-    assert table.stats().inserts == len(stored) * group_size
-    assert state["meter"]["counts"]["rollouts_generated"] == table.stats().inserts
+    inserts = sum(table.stats().inserts for table in tables)
+    assert inserts == len(stored) * group_size
+    assert state["meter"]["counts"]["rollouts_generated"] == inserts
 
 
 def test_a_failing_worker_stops_the_run_cleanly(

@@ -41,3 +41,11 @@ def keys_arg(keys: npt.ArrayLike) -> I64:
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         raise ValueError(f"keys = {keys!r}: must be a 1-D array of integers")
     return array.astype(np.int64, copy=False)
+
+
+def token_arg(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+        raise ValueError(f"token = {value!r}: must be None or a non-negative integer")
+    return int(value)

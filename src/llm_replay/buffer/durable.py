@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import struct
 import threading
 import zlib
@@ -240,6 +241,8 @@ def apply(table: Table, op: str, fields: dict[str, Any]) -> None:
     the change was admitted when it was first made)."""
     if op == "insert":
         table._apply_insert(fields["batch"])
+        if "token" in fields:
+            table._tokens.add(int(fields["token"]))
     elif op == "sample":
         pin, _, _ = table._apply_sample(int(fields["n"]))
         table.storage.unpin(pin)
@@ -269,21 +272,49 @@ def open_table(
     **table_kwargs: Any,
 ) -> Table:
     """A durable table in `directory`: recovered if it holds one, else new from `table_kwargs`."""
+    return journal_table(
+        cls(**table_kwargs),
+        directory,
+        fsync=fsync,
+        fsync_every=fsync_every,
+        compact_bytes=compact_bytes,
+    )
+
+
+def journal_table(
+    table: Table,
+    directory: str | Path,
+    *,
+    replace: bool = False,
+    fsync: str = "always",
+    fsync_every: int = 16,
+    compact_bytes: int = 1 << 30,
+) -> Table:
+    """Make a table built in memory durable in `directory`.
+
+    If the directory already holds a durable table it is recovered (it must have `table`'s
+    capacities and sampler) and returned instead of `table`, unless `replace` is set: then the
+    directory's old snapshot and log are dropped and `table` (loaded from a checkpoint, say) is
+    what the directory holds from now on."""
     root = Path(directory)
-    fresh = cls(**table_kwargs)
+    options: dict[str, Any] = {
+        "fsync": fsync,
+        "fsync_every": fsync_every,
+        "compact_bytes": compact_bytes,
+    }
+    if replace and root.exists():
+        for stale in [root / LOG, *root.glob(f"{SNAPSHOT}*"), *root.glob(f".{SNAPSHOT}*")]:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
     if not is_durable_dir(root):
         root.mkdir(parents=True, exist_ok=True)
-        fresh._log = OperationLog(
-            root, 1, fsync=fsync, fsync_every=fsync_every, compact_bytes=compact_bytes
-        )
-        write_snapshot(fresh, fresh._log)
-        return fresh
-    table, lsn = recover(cls, root, repair=True, expect=fresh)
-    table._log = OperationLog(
-        root, lsn + 1, fsync=fsync, fsync_every=fsync_every, compact_bytes=compact_bytes
-    )
-    table.checkpoint()  # compact what was replayed
-    return table
+        with table._cond:
+            table._log = OperationLog(root, 1, **options)
+            write_snapshot(table, table._log)
+        return table
+    recovered, lsn = recover(type(table), root, repair=True, expect=table)
+    recovered._log = OperationLog(root, lsn + 1, **options)
+    recovered.checkpoint()  # compact what was replayed
+    return recovered
 
 
 def is_durable_dir(path: str | Path) -> bool:
@@ -356,6 +387,11 @@ class Journaled:
         the directory holds one, else created from `kwargs` (the constructor's arguments, plus
         `fsync` = "always" | "every" | "never", `fsync_every`, `compact_bytes`)."""
         return cast(Self, open_table(cls, directory, **kwargs))
+
+    def make_durable(self, directory: str | Path, **options: Any) -> Self:
+        """This table, made durable in `directory` (see `journal_table`: a directory that already
+        holds a table is recovered instead, unless `replace=True`)."""
+        return cast(Self, journal_table(cast(Any, self), directory, **options))
 
     @classmethod
     def read(cls, path: str | Path) -> Self:

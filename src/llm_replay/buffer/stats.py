@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -85,3 +86,44 @@ class TableStats:
 def histogram(values: npt.NDArray[Any]) -> list[int]:
     clipped = np.minimum(np.maximum(values, 0), HISTOGRAM_BINS - 1)
     return [int(c) for c in np.bincount(clipped, minlength=HISTOGRAM_BINS)]
+
+
+def merge_stats(parts: Sequence[TableStats], name: str) -> TableStats:
+    """The stats of a table split in shards (`parts`), as if they were one table: counts and
+    histograms add, capacities add (None if any shard has none), the sampled age is the
+    draw-weighted mean and the newest policy version is the table's."""
+    if not parts:
+        raise ValueError("merge_stats: no shards")
+
+    def total(field: str) -> int:
+        return sum(int(getattr(p, field)) for p in parts)
+
+    def capacity(field: str) -> int | None:
+        values = [getattr(p, field) for p in parts]
+        return None if any(v is None for v in values) else sum(values)
+
+    evictions: dict[str, int] = {}
+    for part in parts:
+        for reason, count in part.evictions.items():
+            evictions[reason] = evictions.get(reason, 0) + int(count)
+    samples = total("samples")
+    return TableStats(
+        name=name,
+        size=total("size"),
+        max_rollouts=total("max_rollouts"),
+        num_tokens=total("num_tokens"),
+        max_tokens=capacity("max_tokens"),
+        max_bytes=capacity("max_bytes"),
+        nbytes=total("nbytes"),
+        payload_nbytes=total("payload_nbytes"),
+        policy_version=max(p.policy_version for p in parts),
+        inserts=total("inserts"),
+        insert_calls=total("insert_calls"),
+        samples=samples,
+        sample_calls=total("sample_calls"),
+        evictions=evictions,
+        age_histogram=[int(x) for x in np.sum([p.age_histogram for p in parts], axis=0)],
+        reuse_histogram=[int(x) for x in np.sum([p.reuse_histogram for p in parts], axis=0)],
+        sampled_age_mean=sum(p.sampled_age_mean * p.samples for p in parts) / max(1, samples),
+        sampled_age_max=max(p.sampled_age_max for p in parts),
+    )

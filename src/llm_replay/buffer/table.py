@@ -31,7 +31,13 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer.arena import DiskArena, batch_nbytes
-from llm_replay.buffer.arguments import batch_size_arg, keys_arg, pad_id_arg, timeout_arg
+from llm_replay.buffer.arguments import (
+    batch_size_arg,
+    keys_arg,
+    pad_id_arg,
+    timeout_arg,
+    token_arg,
+)
 from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, write_atomic_dir
 from llm_replay.buffer.durable import Journaled, OperationLog
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
@@ -111,6 +117,7 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         self.counters = TableCounters()
         self._evictions = dict.fromkeys(REASONS, 0)
         self._log: OperationLog | None = None  # set by `open` (durable tables)
+        self._tokens: set[int] = set()  # of idempotent inserts
 
     # ----------------------------------------------------------------- properties
     @property
@@ -148,6 +155,7 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         rollouts: RolloutBatch | Group | Rollout | Sequence[Rollout],
         *,
         timeout: float | None = None,
+        token: int | None = None,
     ) -> I64:
         """Add rollouts (all or nothing); returns their keys. Blocks while the limiter says so.
 
@@ -155,9 +163,15 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         counters and RNG as they were. A row that the sampler's retention rule drops on arrival
         (positive-biased: an incorrect rollout that leaves the fresh window within its own
         insert) counts as inserted and evicted ("retention") and gets key -1.
+
+        `token` makes the insert idempotent: an insert whose token the table has already taken
+        changes nothing and returns no keys. Tokens are kept with the contents (checkpoints and
+        the durable log), so a caller that does not know whether an insert landed before a crash
+        can simply send it again.
         """
         batch = RolloutBatch.coerce(rollouts)
         wait = timeout_arg(timeout)
+        token = token_arg(token)
         n = len(batch)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
@@ -166,11 +180,30 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         self.rate_limiter.check_insert_size(n)
         self.sampler.check_insert(batch)
         with self._cond:
+            if token is not None and token in self._tokens:
+                return EMPTY.copy()
             self._wait(lambda: self._can_insert(n), wait, f"insert of {n} rollouts")
+            if token is not None and token in self._tokens:  # a concurrent duplicate won
+                return EMPTY.copy()
             keys = self._apply_insert(batch)
-            self._journal("insert", batch=batch)
+            if token is None:
+                self._journal("insert", batch=batch)
+            else:
+                self._tokens.add(token)
+                self._journal("insert", batch=batch, token=token)
             self._cond.notify_all()
         return keys
+
+    def insert_tokens(self) -> I64:
+        """The tokens of every idempotent insert taken so far, sorted."""
+        with self._cond:
+            return np.array(sorted(self._tokens), dtype=np.int64)
+
+    def has_token(self, token: int) -> bool:
+        """Whether an insert with this `token` has been taken (see `insert`)."""
+        checked = token_arg(token)
+        with self._cond:
+            return checked in self._tokens
 
     def _apply_insert(self, batch: RolloutBatch) -> I64:
         n = len(batch)

@@ -31,6 +31,7 @@ class TableParts(Protocol):
     _rng: np.random.Generator
     _version: int
     _evictions: dict[str, int]
+    _tokens: set[int]
 
     @property
     def max_rollouts(self) -> int: ...
@@ -50,6 +51,7 @@ def table_state(table: TableParts) -> tuple[dict[str, Any], dict[str, np.ndarray
     }
     arrays = {f"storage.{k}": v for k, v in table.storage.state_arrays().items()}
     arrays.update({f"sampler.{k}": v for k, v in table.sampler.state_arrays().items()})
+    arrays["insert_tokens"] = np.array(sorted(table._tokens), dtype=np.int64)
     return meta, arrays
 
 
@@ -76,6 +78,10 @@ def restore_table(table: TableParts, meta: dict[str, Any], arrays: dict[str, np.
     table.storage.load_state(meta["storage"], storage_arrays)
     table.sampler.load_state_arrays(sampler_arrays)
     table._rng.bit_generator.state = meta["rng"]
+    tokens = arrays.get("insert_tokens", np.zeros(0, dtype=np.int64))  # absent before tokens
+    if tokens.ndim != 1 or (tokens.size and (tokens.dtype.kind not in "iu" or tokens.min() < 0)):
+        raise ValueError("insert_tokens: must be a 1-D array of non-negative integers")
+    table._tokens = {int(t) for t in tokens}
     counters = {k: int(v) for k, v in meta["counters"].items()}
     table._version = counters.pop("version")
     table.counters = TableCounters(**counters)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llm_replay.buffer import ReplayTable, Sample, SampleToInsertRatio
-from llm_replay.buffer.rate_limit import RateLimiterTimeout
+from llm_replay.buffer.rate_limit import RateLimiter, RateLimiterTimeout
 from llm_replay.config import Config
 from llm_replay.learner import Learner, sample_metrics
 from llm_replay.methods import ReplayPipeline
@@ -53,11 +53,7 @@ def error_buffer(config: Config) -> float:
 def build_async_table(config: Config, pipeline: ReplayPipeline) -> ReplayTable:
     """The table the workers fill: the method's own (rate-limited) or the rounds intake queue."""
     method = pipeline.method
-    fresh, batch, seed = (
-        config.generation.rollouts_per_step,
-        config.train.batch_size,
-        config.train.seed,
-    )
+    fresh, seed = config.generation.rollouts_per_step, config.train.seed
     if pipeline.async_mode() == "rounds":
         return ReplayTable.queue(
             fresh * max(2, config.workers.count),
@@ -68,15 +64,20 @@ def build_async_table(config: Config, pipeline: ReplayPipeline) -> ReplayTable:
         )
     if method.consumes_rollouts:
         return method.build_table()
-    capacity = method.table.max_rollouts
-    limiter = SampleToInsertRatio(
+    return method.build_table(ratio_limiter(config, method.table.max_rollouts))
+
+
+def ratio_limiter(config: Config, capacity: int) -> RateLimiter:
+    """The limiter that couples workers and learner at the replay ratio, for a table (or the
+    shards of one, together) of `capacity` rollouts."""
+    fresh, batch = config.generation.rollouts_per_step, config.train.batch_size
+    return SampleToInsertRatio(
         config.replay.samples_per_insert,
         min(capacity, max(batch, fresh)),
         error_buffer(config),
         max_insert_batch=fresh,
         max_sample_batch=batch,
     )
-    return method.build_table(limiter)
 
 
 def limiter_metrics(table: ReplayTable) -> dict[str, float]:

@@ -21,6 +21,7 @@ Placement is by Ray resources (`workers.cpus_per_worker`, `gpus_per_worker`, `le
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from llm_replay.runtime.ingest import TABLE_DIR, WorkerError, WorkItem, WorkPlan
 from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WorkerHealth
 from llm_replay.runtime.ray_actors import GenerationActor, LearnerActor, TableActor
+from llm_replay.runtime.shards import ShardFront, shard_config, shard_dirs
 from llm_replay.runtime.threaded import ASYNC_STATE, METHOD_DIR
 
 log = logging.getLogger(__name__)
@@ -148,9 +150,11 @@ class RayTrainer(RunLoop):
             ray.init(address=config.workers.ray_address, include_dashboard=False)
         self.config_dict = config.to_dict()
         w = config.workers
-        self.table: Any = _actor(TableActor, max_concurrency=64, num_cpus=0).remote(
-            self.config_dict
-        )
+        self.shards: list[Any] = []
+        if w.sharded:
+            self.table: Any = self._sharded_table(config)
+        else:
+            self.table = _actor(TableActor, max_concurrency=64, num_cpus=0).remote(self.config_dict)
         self.learner: Any = _actor(
             LearnerActor, num_cpus=w.learner_cpus, num_gpus=w.learner_gpus, max_concurrency=2
         ).remote(self.config_dict, str(self.run_dir), self.table)
@@ -171,6 +175,23 @@ class RayTrainer(RunLoop):
         self.reward_counts: dict[str, int] = {}
         self.delivered_rollouts = 0
         self.final_table_inserts: int | None = None
+
+    def _sharded_table(self, config: Config) -> Any:
+        """K table actors (durable and restarted by Ray when `workers.table_fsync` is set) and
+        the front that keeps their replay ratio (`runtime.shards`)."""
+        w = config.workers
+        durable = w.table_fsync is not None
+        dirs = shard_dirs(self.run_dir, w.table_shards)
+        if durable:  # the logs serve restarts within this run; a resume starts from a checkpoint
+            shutil.rmtree(dirs[0].parent, ignore_errors=True)
+        restarts = {"max_restarts": w.max_restarts} if durable else {}
+        for index in range(w.table_shards):
+            remote = _actor(TableActor, max_concurrency=64, num_cpus=0, **restarts)
+            directory = str(dirs[index]) if durable else None
+            self.shards.append(remote.remote(shard_config(config, index), directory, True))
+        return _actor(ShardFront, max_concurrency=64, num_cpus=0).remote(
+            self.config_dict, self.shards
+        )
 
     @property
     def steps(self) -> int:
@@ -233,7 +254,8 @@ class RayTrainer(RunLoop):
                     ) from error
                 worker.restart(type(error).__name__)
                 return
-            deliver = self.table.deliver.remote(pending.batch, pending.item.item_id)
+            batch = [pending.batch] if self.shards else pending.batch  # the front does not fetch
+            deliver = self.table.deliver.remote(batch, pending.item.item_id)
             self._pending[deliver] = _Pending("deliver", worker.index, pending.item, info=info)
             return
         try:
@@ -383,7 +405,7 @@ class RayTrainer(RunLoop):
         self._release()
 
     def _release(self) -> None:
-        for actor in (self.learner, self.table):
+        for actor in (self.learner, self.table, *self.shards):
             ray.kill(actor, no_restart=True)
         if self._owns_ray:
             ray.shutdown()

@@ -12,6 +12,7 @@ driver share (checkpoints are written by the actors that hold the state).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -19,14 +20,20 @@ from typing import Any
 
 import torch
 
-from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.buffer import MinSize, ReplayTable, Sample, TableStats
 from llm_replay.config import config_from_dict
 from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
-from llm_replay.runtime.async_core import AsyncLearner, build_async_table, limiter_metrics
+from llm_replay.runtime.async_core import (
+    AsyncLearner,
+    TableClient,
+    build_async_table,
+    limiter_metrics,
+)
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
 from llm_replay.runtime.components import Policy, build_learner, build_replay
 from llm_replay.runtime.ingest import IngestGate, WorkItem
+from llm_replay.runtime.shards import ShardedClient
 from llm_replay.runtime.weights import ObjectStoreWeights
 
 
@@ -35,19 +42,36 @@ def _threads(cpus: float) -> None:
 
 
 class TableActor:
-    """The table the workers fill, behind a threaded actor: blocking delivers and samples wait on
-    each other exactly as they do in one process."""
+    """The table the workers fill (or one shard of it, `runtime.shards`), behind a threaded actor:
+    blocking delivers and samples wait on each other exactly as they do in one process.
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    A shard's table has no ratio limiter (the front keeps the ratio for all shards). Given a
+    `directory`, the table is durable there: when Ray restarts a dead actor, this constructor
+    runs again and recovers the table from its log."""
+
+    def __init__(
+        self, config: dict[str, Any], directory: str | None = None, shard: bool = False
+    ) -> None:
         cfg = config_from_dict(config)
-        self.gate = IngestGate(build_async_table(cfg, build_replay(cfg)))
+        pipeline = build_replay(cfg)
+        if shard:
+            table = pipeline.method.build_table(MinSize(1))
+        else:
+            table = build_async_table(cfg, pipeline)
+        self.directory, self.fsync = directory, cfg.workers.table_fsync or "never"
+        if directory is not None:
+            table = table.make_durable(directory, fsync=self.fsync)
+        self.gate = IngestGate(table)
 
     @property
     def table(self) -> ReplayTable:
         return self.gate.table
 
     def deliver(self, batch: RolloutBatch, item_id: int) -> dict[str, float]:
-        return asdict(self.gate.deliver(batch, item_id))
+        """Insert one work item's rollouts, idempotently (the item id is the insert's token)."""
+        out: dict[str, float] = asdict(self.gate.deliver(batch, item_id))
+        out["size"] = self.table.size
+        return out
 
     def sample(self, batch_size: int) -> tuple[Sample, float, float]:
         """(sample, seconds blocked by the limiter, seconds inside the table)."""
@@ -58,19 +82,44 @@ class TableActor:
         sample = self.table.sample(batch_size)
         return sample, idle, time.perf_counter() - start
 
+    def sample_sized(self, batch_size: int) -> tuple[Sample, int]:
+        """A shard's draw for the front, and the shard's size after it."""
+        sample, _, _ = self.sample(batch_size)
+        return sample, self.table.size
+
     def set_policy_version(self, version: int) -> int:
         return self.table.set_policy_version(version)
+
+    def advance(self, version: int) -> int:
+        """Move to policy `version` (evicting by age); returns the size after."""
+        if version > self.table.policy_version:
+            self.table.set_policy_version(version)
+        return self.table.size
 
     def stats(self) -> dict[str, float]:
         return limiter_metrics(self.table)
 
+    def table_stats(self) -> TableStats:
+        return self.table.stats()
+
     def save(self, directory: str) -> list[int]:
-        """Save the table; returns the item ids delivered since the previous save."""
-        ids: list[int] = self.gate.save(Path(directory))["delivered_ids"]
+        """Save the table; returns the ids of the items it holds (an item is delivered iff its
+        insert token is in the saved table), read under the same lock as the save."""
+        saved = self.gate.save(
+            Path(directory), snapshot=lambda: {"tokens": self.table.insert_tokens().tolist()}
+        )
+        ids: list[int] = saved["tokens"]
         return ids
 
     def load(self, directory: str) -> None:
-        self.gate = IngestGate(ReplayTable.load(directory))
+        table = ReplayTable.load(directory)
+        if self.directory is not None:  # the durable log now starts from the checkpoint
+            table = table.make_durable(self.directory, replace=True, fsync=self.fsync)
+        self.gate = IngestGate(table)
+
+    def pid(self) -> int:
+        """The actor's process id (a restarted actor has a new one)."""
+        return os.getpid()
 
     def close(self) -> None:
         self.table.close()
@@ -160,7 +209,12 @@ class LearnerActor:
         self.evaluator = self.policy.evaluator(self.generator)
         self.replay = build_replay(cfg)
         self.weights = ObjectStoreWeights()
-        self.core = AsyncLearner(cfg, self.learner, RemoteTable(table), self.replay, self._publish)
+        client: TableClient = (
+            ShardedClient(table, cfg.workers.table_shards)
+            if cfg.workers.sharded
+            else RemoteTable(table)
+        )
+        self.core = AsyncLearner(cfg, self.learner, client, self.replay, self._publish)
         self._publish(self.learner.version)
 
     def _publish(self, version: int) -> None:
