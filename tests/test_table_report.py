@@ -100,3 +100,19 @@ def test_inspect_errors_name_the_problem(
     ReplayTable(4).save(tmp_path / "t")
     assert main(["inspect", str(tmp_path / "t"), "--rows", "-1"]) == 2
     assert "--rows = -1" in capsys.readouterr().out
+
+
+def test_inspect_a_sharded_checkpoint_reports_each_shard_and_the_total(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for k, size in enumerate((16, 8)):
+        table = ReplayTable(size)
+        fill(table)
+        table.save(tmp_path / "table" / f"shard-{k}")
+    assert main(["inspect", str(tmp_path / "table"), "--json", "--rows", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["size"] for r in report["shards"]] == [4, 4]
+    assert report["total"]["size"] == 8 and report["total"]["max_rollouts"] == 24
+    assert report["total"]["samples"] == 6
+    assert main(["inspect", str(tmp_path / "table")]) == 0
+    assert "2 shards: 8 of 24 rollouts" in capsys.readouterr().out

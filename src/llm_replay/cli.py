@@ -197,7 +197,8 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from llm_replay.buffer import ReplayTable
-    from llm_replay.table_report import describe_table, plot_table
+    from llm_replay.buffer.stats import merge_stats
+    from llm_replay.table_report import describe_table, plot_table, sharded_table_dirs
 
     path = Path(args.table)
     if not path.exists():
@@ -213,6 +214,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         tokenizer = AutoTokenizer.from_pretrained(
             resolve_model_path(args.tokenizer), local_files_only=True
         )
+    shards = sharded_table_dirs(path)
+    if shards:  # a sharded Ray table's checkpoint: one report per shard, then the total
+        tables = [ReplayTable.read(shard) for shard in shards]
+        reports = [describe_table(t, rows=args.rows, tokenizer=tokenizer) for t in tables]
+        total = merge_stats([t.stats() for t in tables], name="sharded").to_dict()
+        if args.json:
+            print(json.dumps({"shards": reports, "total": total}, indent=1))
+        else:
+            for shard, report in zip(shards, reports, strict=True):
+                _print_table_report(shard, report)
+            console.print(
+                f"{len(shards)} shards: {total['size']} of {total['max_rollouts']} rollouts, "
+                f"{total['num_tokens']} tokens, {total['inserts']} inserted, "
+                f"{total['samples']} sampled"
+            )
+        if args.plots:
+            for shard, table in zip(shards, tables, strict=True):
+                for plot in plot_table(table, Path(args.plots) / shard.name):
+                    console.print(f"plot: {plot}")
+        return 0
     table = ReplayTable.read(path)
     report = describe_table(table, rows=args.rows, tokenizer=tokenizer)
     if args.json:

@@ -3,7 +3,8 @@
 Size, tokens and bytes against the table's limits, the policy version and the age histogram,
 reward and advantage distributions, reuse counts, evictions by reason, and a few rows decoded
 with the run's tokenizer when one is given. `--plots OUT` draws the histograms as PNGs. The
-table is read without changing its directory (`ReplayTable.read`).
+table is read without changing its directory (`ReplayTable.read`). A sharded Ray table's
+checkpoint (`replay/table/shard-K`) is reported shard by shard, then in total.
 """
 
 from __future__ import annotations
@@ -14,7 +15,18 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import ReplayTable
+from llm_replay.buffer.checkpoint import MANIFEST
+from llm_replay.buffer.durable import is_durable_dir
 from llm_replay.buffer.stats import HISTOGRAM_BINS
+
+
+def sharded_table_dirs(path: Path) -> list[Path]:
+    """The shard directories (`shard-K`) of a sharded table's checkpoint, in shard order, or []
+    when `path` is a table itself."""
+    if (path / MANIFEST).exists() or is_durable_dir(path):
+        return []
+    shards = [p for p in path.glob("shard-*") if p.is_dir() and p.name[6:].isdigit()]
+    return sorted(shards, key=lambda p: int(p.name[6:]))
 
 
 def quantiles(values: np.ndarray) -> dict[str, float] | None:
