@@ -79,3 +79,19 @@ def test_backend_choice_is_checked_and_falls_back_without_numba(
     assert gather_backend() == "numpy"
     with pytest.raises(ValueError, match="numba is not installed"):
         set_gather_backend("numba")
+
+
+@pytest.mark.usefixtures("restore_backend")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_numba_and_numpy_inserts_write_the_same_arena(seed: int) -> None:
+    arenas = []
+    for backend in ("numba", "numpy"):
+        set_gather_backend(backend)
+        rng = np.random.default_rng(seed)
+        table = ReplayTable(200, seed=seed)
+        for i in range(8):  # wraps the ring, so both relayout paths are crossed too
+            table.insert(make_batch(rng, 48, first_group=100 * i, completion=(1, 40)))
+        used = table.storage.head
+        arenas.append((table.storage.arena[:used].copy(), table.storage.offset.copy()))
+    np.testing.assert_array_equal(arenas[0][0], arenas[1][0])
+    np.testing.assert_array_equal(arenas[0][1], arenas[1][1])

@@ -16,6 +16,10 @@ of the arena, then masks with a second pass (numpy cannot fuse the two). With th
 `fast` extra (numba), a compiled kernel writes every output element once, copying and masking in
 the same pass; it is used when numba imports, unless `LLM_REPLAY_GATHER=numpy` (or
 `set_gather_backend("numpy")`) asks for the fallback.
+
+The same switch chooses how an insert writes its rows into the arena (`scatter_rows`): numpy
+scatters through per-token index arrays, the compiled kernel copies each row's three segments
+(prompt, completion, log-prob bits) as slices.
 """
 
 from __future__ import annotations
@@ -93,9 +97,37 @@ class PinnedRows:
         return ids, logprob_bits.view(np.float32), attention, loss
 
 
+def scatter_rows(
+    block: I32,
+    p_len: I64,
+    c_len: I64,
+    prompt_ids: npt.ArrayLike,
+    completion_ids: npt.ArrayLike,
+    logprobs: npt.ArrayLike,
+) -> None:
+    """Write consecutive rows [prompt | completion | log-prob bits] into `block` (an arena
+    slice of exactly `sum(p_len + 2 * c_len)` units), from the batch's flat arrays."""
+    prompt_ids = np.ascontiguousarray(prompt_ids, dtype=np.int32)
+    completion_ids = np.ascontiguousarray(completion_ids, dtype=np.int32)
+    logprob_bits = np.ascontiguousarray(logprobs, dtype=np.float32).view(np.int32)
+    kernel = compiled_kernel()
+    if kernel is not None and _scatter_kernel is not None:
+        _scatter_kernel(block, p_len, c_len, prompt_ids, completion_ids, logprob_bits)
+        return
+    from llm_replay.rollout import concat_ranges
+
+    seg_p = np.zeros(len(p_len), dtype=np.int64)
+    np.cumsum((p_len + 2 * c_len)[:-1], out=seg_p[1:])
+    seg_c = seg_p + p_len
+    block[concat_ranges(seg_p, p_len)] = prompt_ids
+    block[concat_ranges(seg_c, c_len)] = completion_ids
+    block[concat_ranges(seg_c + c_len, c_len)] = logprob_bits
+
+
 BACKENDS = ("auto", "numba", "numpy")
 _backend = os.environ.get("LLM_REPLAY_GATHER", "auto")
 _kernel: Callable[..., None] | None = None
+_scatter_kernel: Callable[..., None] | None = None
 _kernel_failed = False
 
 
@@ -123,7 +155,7 @@ def compiled_kernel() -> Callable[..., None] | None:
 
 
 def _load_kernel() -> Callable[..., None] | None:
-    global _kernel, _kernel_failed
+    global _kernel, _scatter_kernel, _kernel_failed
     if _kernel is None and not _kernel_failed:
         try:
             import numba
@@ -131,7 +163,25 @@ def _load_kernel() -> Callable[..., None] | None:
             _kernel_failed = True
             return None
         _kernel = numba.njit(cache=True, nogil=True)(_gather_rows)
+        _scatter_kernel = numba.njit(cache=True, nogil=True)(_scatter)
     return _kernel
+
+
+def _scatter(
+    block: Any, p_len: Any, c_len: Any, prompts: Any, completions: Any, bits: Any
+) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
+    dst = 0
+    src_p = 0
+    src_c = 0
+    for i in range(len(p_len)):
+        p = p_len[i]
+        c = c_len[i]
+        block[dst : dst + p] = prompts[src_p : src_p + p]
+        block[dst + p : dst + p + c] = completions[src_c : src_c + c]
+        block[dst + p + c : dst + p + 2 * c] = bits[src_c : src_c + c]
+        dst += p + 2 * c
+        src_p += p
+        src_c += c
 
 
 def _gather_rows(

@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from llm_replay.buffer import arena as sizing
 from llm_replay.buffer.arena import MemoryArena, guard_for
-from llm_replay.buffer.gather import PinnedRows
+from llm_replay.buffer.gather import PinnedRows, scatter_rows
 from llm_replay.buffer.state_check import check_storage_state
 from llm_replay.rollout import RolloutBatch, concat_ranges
 
@@ -309,13 +309,9 @@ class RolloutStorage:
     def _write_payload(self, batch: RolloutBatch, offsets: I64, p_len: I64, c_len: I64) -> None:
         """Interleave prompt / completion / log-prob segments into the block `_allocate` gave."""
         start = int(offsets[0])
-        seg_p = offsets - start
-        seg_c = seg_p + p_len
-        seg_l = seg_c + c_len
         block = self.arena[start : start + int((p_len + 2 * c_len).sum())]
-        block[concat_ranges(seg_p, p_len)] = batch.prompt_ids
-        block[concat_ranges(seg_c, c_len)] = batch.completion_ids
-        block[concat_ranges(seg_l, c_len)] = batch.behaviour_logprobs.view(np.int32)
+        b = batch
+        scatter_rows(block, p_len, c_len, b.prompt_ids, b.completion_ids, b.behaviour_logprobs)
         self.arena_store.touched(block.nbytes)
 
     # ----------------------------------------------------------------- remove
