@@ -95,3 +95,13 @@ def test_numba_and_numpy_inserts_write_the_same_arena(seed: int) -> None:
         arenas.append((table.storage.arena[:used].copy(), table.storage.offset.copy()))
     np.testing.assert_array_equal(arenas[0][0], arenas[1][0])
     np.testing.assert_array_equal(arenas[0][1], arenas[1][1])
+
+
+@pytest.mark.usefixtures("restore_backend")
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_reuse_counts_count_a_repeated_slot_once_per_draw(backend: str) -> None:
+    set_gather_backend(backend)
+    counter = np.zeros(6, dtype=np.int32)
+    gather_module.increment(counter, np.array([4, 1, 4, 4, 0], dtype=np.int64))
+    gather_module.increment(counter, np.array([2, 3], dtype=np.int64))
+    np.testing.assert_array_equal(counter, [1, 1, 1, 1, 3, 0])

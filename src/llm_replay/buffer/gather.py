@@ -76,11 +76,11 @@ class PinnedRows:
         width = int(lengths.max()) if len(p) else 0
         kernel = compiled_kernel()
         if kernel is not None:
-            n = len(p)
-            ids = np.zeros((n, width), dtype=np.int32)
-            bits = np.zeros((n, width), dtype=np.int32)
-            attention = np.zeros((n, width), dtype=np.bool_)
-            loss = np.zeros((n, width), dtype=np.bool_)
+            n = len(p)  # the kernel writes every element, padding included
+            ids = np.empty((n, width), dtype=np.int32)
+            bits = np.empty((n, width), dtype=np.int32)
+            attention = np.empty((n, width), dtype=np.bool_)
+            loss = np.empty((n, width), dtype=np.bool_)
             kernel(self.arena, self.offset, p, c, int(pad_id), ids, bits, attention, loss)
             return ids, bits.view(np.float32), attention, loss
         windows = row_windows(self.arena, width)
@@ -128,6 +128,7 @@ BACKENDS = ("auto", "numba", "numpy")
 _backend = os.environ.get("LLM_REPLAY_GATHER", "auto")
 _kernel: Callable[..., None] | None = None
 _scatter_kernel: Callable[..., None] | None = None
+_count_kernel: Callable[..., None] | None = None
 _kernel_failed = False
 
 
@@ -155,7 +156,7 @@ def compiled_kernel() -> Callable[..., None] | None:
 
 
 def _load_kernel() -> Callable[..., None] | None:
-    global _kernel, _scatter_kernel, _kernel_failed
+    global _kernel, _scatter_kernel, _count_kernel, _kernel_failed
     if _kernel is None and not _kernel_failed:
         try:
             import numba
@@ -164,6 +165,7 @@ def _load_kernel() -> Callable[..., None] | None:
             return None
         _kernel = numba.njit(cache=True, nogil=True)(_gather_rows)
         _scatter_kernel = numba.njit(cache=True, nogil=True)(_scatter)
+        _count_kernel = numba.njit(cache=True, nogil=True)(_count)
     return _kernel
 
 
@@ -200,9 +202,30 @@ def _gather_rows(
         p = prompt_len[b]
         n = p + completion_len[b]
         ids[b, :n] = arena[start : start + n]
-        if pad_id != 0:
-            ids[b, n:] = pad_id
+        ids[b, n:] = pad_id
         attention[b, :n] = True
+        attention[b, n:] = False
         shift = start + completion_len[b]  # the log-prob of token t sits at offset + C + t
+        bits[b, :p] = 0
         bits[b, p:n] = arena[shift + p : shift + n]
+        bits[b, n:] = 0
+        loss[b, :p] = False
         loss[b, p:n] = True
+        loss[b, n:] = False
+
+
+def _count(counter: Any, slots: Any) -> None:  # pragma: no cover - compiled by numba
+    for slot in slots:
+        counter[slot] += 1
+
+
+def increment(counter: npt.NDArray[np.int32], slots: I64) -> None:
+    """counter[slots] += 1, counting a slot that repeats once per occurrence."""
+    if compiled_kernel() is not None and _count_kernel is not None:
+        _count_kernel(counter, slots)
+        return
+    ordered = np.sort(slots)
+    if len(ordered) < 2 or bool((ordered[1:] != ordered[:-1]).all()):
+        counter[slots] += 1  # no repeats: the fast buffered form is exact
+    else:
+        np.add.at(counter, slots, 1)

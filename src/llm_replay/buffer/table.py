@@ -41,7 +41,7 @@ from llm_replay.buffer.arguments import (
 from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, write_atomic_dir
 from llm_replay.buffer.durable import Journaled, OperationLog
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
-from llm_replay.buffer.gather import PinnedRows
+from llm_replay.buffer.gather import PinnedRows, increment
 from llm_replay.buffer.presets import TablePresets
 from llm_replay.buffer.rate_limit import MinSize, RateLimiter, RateLimiterTimeout, TableClosed
 from llm_replay.buffer.sample import Sample
@@ -282,7 +282,7 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         """Everything of a Sample but the padded arrays (read under the lock)."""
         st = self.storage
         if count:
-            _increment(st.times_sampled, slots)
+            increment(st.times_sampled, slots)
         ages = self._version - st.policy_version[slots]
         if count and len(slots):
             self.counters.samples += len(slots)
@@ -470,12 +470,3 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
 
 
 EMPTY = np.zeros(0, dtype=np.int64)
-
-
-def _increment(counter: npt.NDArray[np.int32], slots: I64) -> None:
-    """counter[slots] += 1, counting repeated slots once per occurrence."""
-    ordered = np.sort(slots)
-    if len(ordered) < 2 or bool((ordered[1:] != ordered[:-1]).all()):
-        counter[slots] += 1  # no repeats: the fast buffered form is exact
-    else:
-        np.add.at(counter, slots, 1)
