@@ -41,6 +41,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/async_runtime.py --json docs/bench_async.json
 	$(PY) benchmarks/durable.py --json docs/bench_durable.json
 	$(PY) benchmarks/disk_arena.py --memory --json docs/bench_disk_arena.json
+	$(PY) benchmarks/shards.py --json docs/bench_shards.json
 
 bench-durable: $(STAMP)
 	$(PY) benchmarks/durable.py --json docs/bench_durable.json
@@ -54,6 +55,7 @@ bench-quick: $(STAMP)
 	$(PY) benchmarks/async_runtime.py --quick
 	$(PY) benchmarks/durable.py --inserts 8 --repeats 1 --recover-gib 0.02
 	$(PY) benchmarks/disk_arena.py --tokens 2e6 --calls 20
+	$(PY) benchmarks/shards.py --draws 10 --repeats 1 --shards 1 2
 
 format: $(STAMP)
 	$(PY) -m ruff format src tests benchmarks examples scripts
