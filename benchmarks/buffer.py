@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from synthetic import warm_kernels
+
 BATCH = 256
 INSERT_BATCH = 256
 PROMPT_RANGE = (32, 128)
@@ -263,7 +265,7 @@ def check_output(out: tuple[np.ndarray, ...]) -> None:
     assert attention[:, -1].any(), "width must be the batch's longest rollout"
 
 
-def warm_kernels(name: str) -> int:
+def load_kernels(name: str) -> int:
     """Load (and, the first time, compile) the compiled kernels before the baseline, as the peers'
     imports are: JIT compilation and numba's runtime are a once-per-process cost, not the table's.
     Returns the resident bytes that cost (0 with the numpy backend)."""
@@ -272,10 +274,7 @@ def warm_kernels(name: str) -> int:
     set_gather_backend("numpy" if name == "llm-replay-numpy" else "auto")
     gc.collect()
     before = rss_bytes()
-    tiny = LlmReplay(64, prioritized=False)
-    tiny.insert(Workload.make(8, (1, 4)), 0, 8)
-    tiny.sample()
-    del tiny
+    warm_kernels()
     gc.collect()
     return max(0, rss_bytes() - before)
 
@@ -292,7 +291,7 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
         import torch  # noqa: F401
         import torchrl.data  # noqa: F401
     ours = name.startswith("llm-replay") or name == "numpy-cumsum"  # numpy-cumsum: our storage
-    jit_bytes = warm_kernels(name) if ours else 0
+    jit_bytes = load_kernels(name) if ours else 0
     gc.collect()
     rss0 = rss_bytes()
     impl = build(name, n, width)

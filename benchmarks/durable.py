@@ -29,6 +29,7 @@ import numpy as np
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.durable import LOG
 from llm_replay.rollout import RolloutBatch
+from synthetic import fixed_batch, warm_kernels
 
 BATCH = 256
 PROMPT = 512
@@ -36,18 +37,7 @@ COMPLETION = 512
 
 
 def make_batch(rng: np.random.Generator, first_group: int) -> RolloutBatch:
-    n = BATCH
-    return RolloutBatch.from_flat(
-        prompt_ids=rng.integers(0, 50_000, n * PROMPT, dtype=np.int32),
-        prompt_lengths=np.full(n, PROMPT, dtype=np.int32),
-        completion_ids=rng.integers(0, 50_000, n * COMPLETION, dtype=np.int32),
-        completion_lengths=np.full(n, COMPLETION, dtype=np.int32),
-        behaviour_logprobs=-rng.random(n * COMPLETION, dtype=np.float32),
-        rewards=rng.random(n),
-        advantages=rng.normal(size=n),
-        group_ids=first_group + np.arange(n) // 8,
-        policy_versions=np.zeros(n, dtype=np.int64),
-    )
+    return fixed_batch(rng, BATCH, PROMPT, COMPLETION, first_group)
 
 
 def insert_rate(make: object, batches: list[RolloutBatch]) -> float:
@@ -77,6 +67,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--dir", type=Path, help="where to write tables (default: a temp dir)")
     args = parser.parse_args()
+    warm_kernels()  # JIT loading is not the table's cost
     root = Path(tempfile.mkdtemp(prefix="bench-durable-", dir=args.dir))
     rng = np.random.default_rng(0)
     batches = [make_batch(rng, 100 * i) for i in range(min(args.inserts, 40))]

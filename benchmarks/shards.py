@@ -37,6 +37,7 @@ from llm_replay.config import load_config
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.ray_actors import RemoteTable, TableActor
 from llm_replay.runtime.shards import ShardedClient, ShardFront, shard_config
+from synthetic import fixed_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = ROOT / "configs" / "replay_uniform.yaml"
@@ -45,18 +46,7 @@ TOKENS = 256
 
 
 def make_batch(rng: np.random.Generator) -> RolloutBatch:
-    n = BATCH
-    return RolloutBatch.from_flat(
-        prompt_ids=rng.integers(0, 50_000, n * TOKENS, dtype=np.int32),
-        prompt_lengths=np.full(n, TOKENS, dtype=np.int32),
-        completion_ids=rng.integers(0, 50_000, n * TOKENS, dtype=np.int32),
-        completion_lengths=np.full(n, TOKENS, dtype=np.int32),
-        behaviour_logprobs=-rng.random(n * TOKENS, dtype=np.float32),
-        rewards=rng.random(n),
-        advantages=rng.normal(size=n),
-        group_ids=np.arange(n) // 8,
-        policy_versions=np.zeros(n, dtype=np.int64),
-    )
+    return fixed_batch(rng, BATCH, TOKENS, TOKENS)
 
 
 def build(shards: int, durable: bool, run_dir: Path) -> tuple[Any, Any, list[Any]]:
