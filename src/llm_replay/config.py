@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,15 +17,16 @@ from typing import Any, Literal
 
 import yaml
 
-from llm_replay.buffer.durable import FSYNC_POLICIES
 from llm_replay.config_parse import (
     ConfigError,
     build,
+    check_positive,
     deep_copy,
     field_names,
     parse_override,
     yaml_error,
 )
+from llm_replay.config_workers import WorkersConfig
 from llm_replay.methods import (
     METHODS,
     OPTIONS,
@@ -53,12 +53,6 @@ __all__ = [
     "config_from_dict",
     "load_config",
 ]
-
-
-def _positive(key: str, value: float, *, zero_ok: bool = False) -> None:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
-        raise ConfigError(f"{key} = {value!r}: must be finite and {bound}")
 
 
 def _check_basis(key: str, basis: str) -> None:
@@ -110,8 +104,8 @@ class TaskConfig:
         if self.kind == "dataset" and not self.path:
             raise ConfigError("path = None: kind 'dataset' needs a .jsonl or .parquet file")
         for key in ("train_size", "eval_size"):
-            _positive(key, getattr(self, key))
-        _positive("reward_timeout_s", self.reward_timeout_s)
+            check_positive(key, getattr(self, key))
+        check_positive("reward_timeout_s", self.reward_timeout_s)
         if not 0.0 < self.eval_fraction < 1.0:
             raise ConfigError(
                 f"eval_fraction = {self.eval_fraction!r}: must be in (0, 1) (the share of the "
@@ -131,13 +125,13 @@ class GenerationConfig:
     dynamic_sampling_rounds: int = 3
 
     def check(self) -> None:
-        _positive("prompts_per_step", self.prompts_per_step)
-        _positive("dynamic_sampling_rounds", self.dynamic_sampling_rounds, zero_ok=True)
+        check_positive("prompts_per_step", self.prompts_per_step)
+        check_positive("dynamic_sampling_rounds", self.dynamic_sampling_rounds, zero_ok=True)
         if self.group_size < 2:
             raise ConfigError(f"group_size = {self.group_size}: must be >= 2 (group baselines)")
-        _positive("max_new_tokens", self.max_new_tokens)
-        _positive("temperature", self.temperature)
-        _positive("top_k", self.top_k, zero_ok=True)
+        check_positive("max_new_tokens", self.max_new_tokens)
+        check_positive("temperature", self.temperature)
+        check_positive("top_k", self.top_k, zero_ok=True)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p = {self.top_p!r}: must be in (0, 1]")
 
@@ -181,16 +175,16 @@ class AlgorithmConfig:
             raise ConfigError(
                 f"advantage = {self.advantage!r}: loss 'asymre' needs 'dr_grpo' (R − V̂ baselines)"
             )
-        _positive("tis_cap", self.tis_cap)
-        _positive("m2_threshold", self.m2_threshold, zero_ok=True)
-        _positive("shaping_beta", self.shaping_beta)
+        check_positive("tis_cap", self.tis_cap)
+        check_positive("m2_threshold", self.m2_threshold, zero_ok=True)
+        check_positive("shaping_beta", self.shaping_beta)
         if self.icepop_beta <= 1:
             raise ConfigError(f"icepop_beta = {self.icepop_beta!r}: must be > 1")
-        _positive("kl_coef", self.kl_coef, zero_ok=True)
-        _positive("entropy_coef", self.entropy_coef, zero_ok=True)
+        check_positive("kl_coef", self.kl_coef, zero_ok=True)
+        check_positive("entropy_coef", self.entropy_coef, zero_ok=True)
         for key in ("clip_low", "clip_high", "decoupled_cap"):
             if getattr(self, key) is not None:
-                _positive(key, getattr(self, key), zero_ok=True)
+                check_positive(key, getattr(self, key), zero_ok=True)
 
 
 @dataclass
@@ -202,12 +196,12 @@ class OptimConfig:
     grad_clip: float = 1.0
 
     def check(self) -> None:
-        _positive("lr", self.lr)
-        _positive("weight_decay", self.weight_decay, zero_ok=True)
+        check_positive("lr", self.lr)
+        check_positive("weight_decay", self.weight_decay, zero_ok=True)
         for key in ("beta1", "beta2"):
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"{key} = {getattr(self, key)!r}: must be in [0, 1)")
-        _positive("grad_clip", self.grad_clip, zero_ok=True)
+        check_positive("grad_clip", self.grad_clip, zero_ok=True)
 
 
 @dataclass
@@ -305,16 +299,16 @@ class TrainConfig:
     threads: int | None = None
 
     def check(self) -> None:
-        _positive("iterations", self.iterations)
+        check_positive("iterations", self.iterations)
         if self.compute_seconds is not None:
-            _positive("compute_seconds", self.compute_seconds)
+            check_positive("compute_seconds", self.compute_seconds)
         if self.compute_budget is not None:
-            _positive("compute_budget", self.compute_budget)
+            check_positive("compute_budget", self.compute_budget)
         _check_basis("budget_basis", self.budget_basis)
-        _positive("batch_size", self.batch_size)
-        _positive("micro_batch_size", self.micro_batch_size)
+        check_positive("batch_size", self.batch_size)
+        check_positive("micro_batch_size", self.micro_batch_size)
         if self.threads is not None:
-            _positive("threads", self.threads)
+            check_positive("threads", self.threads)
 
 
 @dataclass
@@ -326,11 +320,11 @@ class EvalConfig:
     pass_size: int = 100
 
     def check(self) -> None:
-        _positive("every", self.every)
+        check_positive("every", self.every)
         if self.every_compute is not None:
-            _positive("every_compute", self.every_compute)
-        _positive("size", self.size)
-        _positive("pass_size", self.pass_size, zero_ok=True)
+            check_positive("every_compute", self.every_compute)
+        check_positive("size", self.size)
+        check_positive("pass_size", self.pass_size, zero_ok=True)
         if not self.pass_k or any(k < 1 for k in self.pass_k):
             raise ConfigError(f"pass_k = {self.pass_k!r}: must be a non-empty list of k >= 1")
 
@@ -347,48 +341,7 @@ class LogConfig:
     progress: bool = True
 
     def check(self) -> None:
-        _positive("checkpoint_every", self.checkpoint_every, zero_ok=True)
-
-
-@dataclass
-class WorkersConfig:
-    """Asynchronous runtimes (`threaded`, `ray`): generation workers, limiter band, placement."""
-
-    count: int = 2
-    error_buffer: float | None = None
-    publish_every: int = 1
-    device: str | None = None
-    cpus_per_worker: float = 0.5
-    gpus_per_worker: float = 0.0
-    learner_cpus: float = 1.0
-    learner_gpus: float = 0.0
-    ray_address: str | None = None
-    max_restarts: int = 3
-    table_shards: int = 1
-    table_fsync: str | None = None  # None: tables in memory; "always" | "every" | "never": durable
-
-    def check(self) -> None:
-        _positive("count", self.count)
-        if self.error_buffer is not None:
-            _positive("error_buffer", self.error_buffer)
-        _positive("publish_every", self.publish_every)
-        if self.device is not None and not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
-        for name in ("cpus_per_worker", "gpus_per_worker", "learner_cpus", "learner_gpus"):
-            _positive(name, getattr(self, name), zero_ok=True)
-        _positive("max_restarts", self.max_restarts, zero_ok=True)
-        if isinstance(self.table_shards, bool) or not isinstance(self.table_shards, int):
-            raise ConfigError(f"table_shards = {self.table_shards!r}: must be an integer >= 1")
-        _positive("table_shards", self.table_shards)
-        if self.table_fsync is not None and self.table_fsync not in FSYNC_POLICIES:
-            raise ConfigError(
-                f"table_fsync = {self.table_fsync!r}: choose one of {FSYNC_POLICIES} or null"
-            )
-
-    @property
-    def sharded(self) -> bool:
-        """Whether the Ray runtime runs its table as shards behind a front (`runtime.shards`)."""
-        return self.table_shards > 1 or self.table_fsync is not None
+        check_positive("checkpoint_every", self.checkpoint_every, zero_ok=True)
 
 
 @dataclass
@@ -409,6 +362,7 @@ class Config:
     def check(self) -> None:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name = {self.name!r}: must be a non-empty name without '/'")
+        self._check_shards(self.replay.method_class)
         if self.runtime != "sync":
             method = self.replay.method_class
             refusal = method.async_refusal(self.replay.settings)
@@ -428,7 +382,6 @@ class Config:
                     f"{self.replay.method!r}'s table from the workers directly, which does not "
                     "carry the source table's versions yet; start it in a sync run"
                 )
-            self._check_shards(method)
             need = (
                 self.replay.samples_per_insert * self.generation.rollouts_per_step
                 + self.train.batch_size

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from pathlib import Path
@@ -138,3 +139,10 @@ def deep_copy(data: Any) -> Any:
     if isinstance(data, list):
         return [deep_copy(v) for v in data]
     return data
+
+
+def check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
+    """ConfigError naming `key` unless `value` is finite and > 0 (>= 0 with `zero_ok`)."""
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise ConfigError(f"{key} = {value!r}: must be finite and {bound}")

@@ -51,6 +51,7 @@ def test_a_shard_holds_its_share_of_the_capacity_and_its_own_seed(tmp_path: Path
     ("sets", "message", "preset"),
     [
         (["runtime=threaded", "workers.table_shards=2"], "runtime=ray", "replay_uniform.yaml"),
+        (["runtime=sync", "workers.table_fsync=always"], "runtime=sync", "replay_uniform.yaml"),
         (["runtime=ray", "workers.table_shards=0"], "table_shards = 0", "replay_uniform.yaml"),
         (["runtime=ray", "workers.table_fsync=x"], "table_fsync = 'x'", "replay_uniform.yaml"),
         (["runtime=ray", "workers.table_shards=2"], "consumes", "on_policy.yaml"),

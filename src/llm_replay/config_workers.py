@@ -1,0 +1,50 @@
+"""`workers:` — the asynchronous runtimes' section: generation workers, the limiter's band, Ray
+placement, and the table's shards and durability under Ray (`runtime/shards.py`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llm_replay.buffer.durable import FSYNC_POLICIES
+from llm_replay.config_parse import ConfigError, check_positive
+
+
+@dataclass
+class WorkersConfig:
+    """Asynchronous runtimes (`threaded`, `ray`): generation workers, limiter band, placement."""
+
+    count: int = 2
+    error_buffer: float | None = None
+    publish_every: int = 1
+    device: str | None = None
+    cpus_per_worker: float = 0.5
+    gpus_per_worker: float = 0.0
+    learner_cpus: float = 1.0
+    learner_gpus: float = 0.0
+    ray_address: str | None = None
+    max_restarts: int = 3
+    table_shards: int = 1
+    table_fsync: str | None = None  # None: tables in memory; "always" | "every" | "never": durable
+
+    def check(self) -> None:
+        check_positive("count", self.count)
+        if self.error_buffer is not None:
+            check_positive("error_buffer", self.error_buffer)
+        check_positive("publish_every", self.publish_every)
+        if self.device is not None and not (self.device == "cpu" or self.device.startswith("cuda")):
+            raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
+        for name in ("cpus_per_worker", "gpus_per_worker", "learner_cpus", "learner_gpus"):
+            check_positive(name, getattr(self, name), zero_ok=True)
+        check_positive("max_restarts", self.max_restarts, zero_ok=True)
+        if isinstance(self.table_shards, bool) or not isinstance(self.table_shards, int):
+            raise ConfigError(f"table_shards = {self.table_shards!r}: must be an integer >= 1")
+        check_positive("table_shards", self.table_shards)
+        if self.table_fsync is not None and self.table_fsync not in FSYNC_POLICIES:
+            raise ConfigError(
+                f"table_fsync = {self.table_fsync!r}: choose one of {FSYNC_POLICIES} or null"
+            )
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the Ray runtime runs its table as shards behind a front (`runtime.shards`)."""
+        return self.table_shards > 1 or self.table_fsync is not None
