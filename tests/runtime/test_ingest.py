@@ -105,7 +105,9 @@ def test_gate_save_reports_deliveries_and_outstanding_items_at_the_same_instant(
     assert saved["delivered_ids"] == [0, 2] and saved["extra"] == 1
     assert [item["item_id"] for item in saved["work_plan"]["outstanding"]] == [1]
     assert ReplayTable.load(tmp_path / "table").size == 8
-    assert gate.save(tmp_path / "again")["delivered_ids"] == []
+    assert gate.save(tmp_path / "again")["delivered_ids"] == [0, 2]  # what the table holds
+    gate.deliver(make_batch(rng, 4, first_group=0), items[0].item_id)  # a retried delivery
+    assert table.size == 8 and gate.delivered_rollouts == 8
 
 
 def test_closing_the_table_wakes_a_blocked_delivery(rng: np.random.Generator) -> None:

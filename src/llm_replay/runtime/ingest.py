@@ -133,7 +133,6 @@ class IngestGate:
         self.plan = plan
         self._lock = threading.Lock()
         self.delivered_rollouts = 0
-        self._delivered_ids: set[int] = set()
 
     def deliver(
         self, batch: RolloutBatch, item_id: int, on_commit: Callable[[], None] | None = None
@@ -158,7 +157,6 @@ class IngestGate:
                     self.plan.complete([item_id])
                 if len(keys) == 0:  # delivered before (a retry after a lost answer)
                     return Delivery(0, idle, time.perf_counter() - start)
-                self._delivered_ids.add(item_id)
                 self.delivered_rollouts += n
                 if on_commit is not None:
                     on_commit()
@@ -167,13 +165,12 @@ class IngestGate:
     def save(
         self, directory: Path, snapshot: Callable[[], dict[str, Any]] | None = None
     ) -> dict[str, Any]:
-        """Save the table; returns the plan's state (its outstanding items), the ids delivered
-        since the previous save (for a plan kept elsewhere) and `snapshot()`, all taken at the
-        same instant as the table."""
+        """Save the table; returns the plan's state (its outstanding items), the ids of every
+        item the saved table holds (its insert tokens, for a plan kept elsewhere) and
+        `snapshot()`, all taken at the same instant as the table."""
         with self._lock:
             self.table.save(directory)
-            out: dict[str, Any] = {"delivered_ids": sorted(self._delivered_ids)}
-            self._delivered_ids.clear()
+            out: dict[str, Any] = {"delivered_ids": self.table.insert_tokens().tolist()}
             if self.plan is not None:
                 out["work_plan"] = self.plan.state()
             if snapshot is not None:

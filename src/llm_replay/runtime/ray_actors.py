@@ -104,11 +104,8 @@ class TableActor:
 
     def save(self, directory: str) -> list[int]:
         """Save the table; returns the ids of the items it holds (an item is delivered iff its
-        insert token is in the saved table), read under the same lock as the save."""
-        saved = self.gate.save(
-            Path(directory), snapshot=lambda: {"tokens": self.table.insert_tokens().tolist()}
-        )
-        ids: list[int] = saved["tokens"]
+        insert token is in the saved table)."""
+        ids: list[int] = self.gate.save(Path(directory))["delivered_ids"]
         return ids
 
     def load(self, directory: str) -> None:

@@ -36,6 +36,7 @@ import dataclasses
 import math
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,34 +105,43 @@ class ShardFront:
         self._count_from(stats)
 
     # ------------------------------------------------------------------ shard calls
-    def _get(self, shard: int, method: str, *args: Any) -> Any:
-        """`ray.get(shards[shard].method(*args))`, retried while Ray restarts a dead shard (its
-        durable log brings it back; inserts are idempotent, so a retried insert cannot double)."""
-        import ray
+    def _until_alive(self, call: Callable[[int], Any]) -> Any:
+        """`call(attempt)`, tried again while Ray restarts a dead shard (its durable log brings
+        it back; inserts are idempotent, so a retried insert cannot double)."""
         from ray.exceptions import RayActorError
 
-        for attempt in range(self.max_restarts * 50 + 1):
+        tries = self.max_restarts * 50 + 1
+        for attempt in range(tries):
             try:
-                return ray.get(getattr(self.shards[shard], method).remote(*args))
+                return call(attempt)
             except RayActorError:
-                if self._closed or attempt == self.max_restarts * 50:
+                if self._closed or attempt == tries - 1:
                     raise
                 time.sleep(RETRY_SECONDS)
         raise AssertionError("unreachable")
 
-    def _on_all(self, method: str, *args: Any) -> list[Any]:
-        """`method(*args)` on every shard at once; a shard that died is asked again (`_get`)."""
+    def _get(self, shard: int, method: str, *args: Any) -> Any:
+        """`ray.get(shards[shard].method(*args))`, through restarts."""
         import ray
-        from ray.exceptions import RayActorError
+
+        return self._until_alive(
+            lambda _: ray.get(getattr(self.shards[shard], method).remote(*args))
+        )
+
+    def _on_all(self, method: str, *args: Any) -> list[Any]:
+        """`method(*args)` on every shard at once; a shard that died is asked again."""
+        import ray
 
         calls = [getattr(shard, method).remote(*args) for shard in self.shards]
-        out = []
-        for k, call in enumerate(calls):
-            try:
-                out.append(ray.get(call))
-            except RayActorError:
-                out.append(self._get(k, method, *args))
-        return out
+
+        def answer(k: int) -> Any:
+            return self._until_alive(
+                lambda attempt: ray.get(
+                    calls[k] if attempt == 0 else getattr(self.shards[k], method).remote(*args)
+                )
+            )
+
+        return [answer(k) for k in range(self.count)]
 
     def _stats(self) -> list[TableStats]:
         return self._on_all("table_stats")
@@ -207,17 +217,13 @@ class ShardFront:
     def _finish_draw(self, shard: int, n: int, refs: tuple[Any, Any]) -> tuple[Any, int]:
         """(sample ref, shard size), drawing again from a restarted shard if this one died."""
         import ray
-        from ray.exceptions import RayActorError
 
-        for attempt in range(self.max_restarts * 50 + 1):
-            try:
-                return refs[0], int(ray.get(refs[1]))
-            except RayActorError:
-                if self._closed or attempt == self.max_restarts * 50:
-                    raise
-                time.sleep(RETRY_SECONDS)
-                refs = self._start_draw(shard, n)
-        raise AssertionError("unreachable")
+        def draw(attempt: int) -> tuple[Any, int]:
+            current = refs if attempt == 0 else self._start_draw(shard, n)
+            return current[0], int(ray.get(current[1]))
+
+        result: tuple[Any, int] = self._until_alive(draw)
+        return result
 
     def set_policy_version(self, version: int) -> None:
         sizes = [int(size) for size in self._on_all("advance", version)]
