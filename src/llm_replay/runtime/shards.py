@@ -182,8 +182,9 @@ class ShardFront:
             self.inserts += int(out["rollouts"]) - n  # 0 rollouts for a duplicate
             self.sizes[shard] = int(out["size"])
             self._cond.notify_all()
-        out["idle_seconds"] += idle
-        out["table_seconds"] = time.perf_counter() - start - out["idle_seconds"] + idle
+        shard_idle = out["idle_seconds"]
+        out["table_seconds"] = time.perf_counter() - start - shard_idle
+        out["idle_seconds"] = shard_idle + idle
         return out
 
     def sample(self, batch_size: int) -> tuple[list[tuple[int, Any]], float]:
