@@ -78,6 +78,8 @@ def test_make_durable_recovers_or_replaces_what_the_directory_holds(
     checkpoint.insert(make_batch(rng, 3), token=99)
     replaced = checkpoint.make_durable(tmp_path / "d", replace=True)
     assert replaced is checkpoint
+    with pytest.raises(ValueError, match="durable already"):
+        replaced.make_durable(tmp_path / "elsewhere")
     reopened = ReplayTable(64, seed=5).make_durable(tmp_path / "d")
     assert reopened.size == 3 and reopened.insert_tokens().tolist() == [99]
 

@@ -297,6 +297,8 @@ def journal_table(
     directory's old snapshot and log are dropped and `table` (loaded from a checkpoint, say) is
     what the directory holds from now on."""
     root = Path(directory)
+    if table._log is not None:
+        raise ValueError(f"directory = {str(root)!r}: the table is durable already")
     options: dict[str, Any] = {
         "fsync": fsync,
         "fsync_every": fsync_every,
@@ -304,7 +306,10 @@ def journal_table(
     }
     if replace and root.exists():
         for stale in [root / LOG, *root.glob(f"{SNAPSHOT}*"), *root.glob(f".{SNAPSHOT}*")]:
-            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
     if not is_durable_dir(root):
         root.mkdir(parents=True, exist_ok=True)
         with table._cond:
