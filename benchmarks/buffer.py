@@ -1,8 +1,9 @@
 """Replay-buffer benchmark: llm-replay's ReplayTable against TorchRL's replay buffer, same run.
 
-Workload (LLM-shaped): rollouts with prompt lengths uniform in 32..128 tokens and completion
-lengths uniform in 16..2048 (scenario `long`, 100k rollouts) or 16..256 (scenario `short`, 1M
-rollouts). Each side receives the same ragged numpy arrays, inserts them 256 rollouts per call
+Workload (LLM-shaped): GRPO groups of 8 rollouts that share one prompt (lengths uniform in
+32..128 tokens), completion lengths uniform in 16..2048 (scenario `long`, 100k rollouts) or
+16..256 (scenario `short`, 1M rollouts). Each side receives the same ragged numpy arrays (one
+array per rollout; a group's rows hold the same prompt), inserts them 256 rollouts per call
 (one generation step), then draws batches of 256 uniformly at random with replacement, and must
 hand back learner-ready arrays: right-padded input ids (prompt + completion) [B, T] int32,
 behaviour log-probs aligned with them [B, T] float32 (0 outside the completion), attention and
@@ -18,7 +19,10 @@ torch 2.13 here, so prioritized sampling is compared with `numpy-cumsum`: the be
 alternative (cumulative sum + searchsorted over all priorities per batch) on the same storage.
 
 Each (scenario, implementation) runs in its own subprocess so resident memory (RSS growth while
-filling, input data excluded) is measured cleanly. Library imports are loaded before the baseline
+filling, input data excluded) is measured cleanly. It is reported against two payloads:
+every rollout with its own prompt (`x payload`: what a per-rollout layout must hold) and each
+group's prompt once (`x distinct`: the information actually there; llm-replay stores prompts
+this way). Library imports are loaded before the baseline
 (TorchRL's, and llm-replay's compiled kernels, JIT-compiled on first use): a once-per-process
 cost, not the table's; numba's own resident cost is reported beside it (`jit_runtime_bytes`).
 Figures are printed as a table with ratios to the best peer; `--json PATH` writes them.
@@ -42,6 +46,7 @@ from synthetic import warm_kernels
 
 BATCH = 256
 INSERT_BATCH = 256
+GROUP = 8
 PROMPT_RANGE = (32, 128)
 SCENARIOS = {
     "long": {"rollouts": 100_000, "completion": (16, 2048), "sample_calls": 300},
@@ -76,25 +81,31 @@ class Workload:
     advantages: np.ndarray
     tokens: int
     completion_tokens: int
+    distinct_prompt_tokens: int  # each group's prompt counted once
 
     @classmethod
     def make(cls, n: int, completion: tuple[int, int], seed: int = 0) -> Workload:
+        """n rollouts in GRPO groups of GROUP (one prompt each), rows of a group adjacent."""
         rng = np.random.default_rng(seed)
-        p_len = rng.integers(PROMPT_RANGE[0], PROMPT_RANGE[1] + 1, n)
+        groups = -(-n // GROUP)
+        g_len = rng.integers(PROMPT_RANGE[0], PROMPT_RANGE[1] + 1, groups)
         c_len = rng.integers(completion[0], completion[1] + 1, n)
-        p_flat = rng.integers(0, 151_000, int(p_len.sum()), dtype=np.int32)
+        g_flat = rng.integers(0, 151_000, int(g_len.sum()), dtype=np.int32)
         c_flat = rng.integers(0, 151_000, int(c_len.sum()), dtype=np.int32)
         l_flat = -rng.exponential(1.0, int(c_len.sum())).astype(np.float32)
-        p_off = np.concatenate(([0], np.cumsum(p_len)))
+        g_off = np.concatenate(([0], np.cumsum(g_len)))
         c_off = np.concatenate(([0], np.cumsum(c_len)))
+        group_prompts = [g_flat[g_off[g] : g_off[g + 1]] for g in range(groups)]
+        p_len = g_len[np.arange(n) // GROUP]
         return cls(
-            prompts=[p_flat[p_off[i] : p_off[i + 1]] for i in range(n)],
+            prompts=[group_prompts[i // GROUP] for i in range(n)],
             completions=[c_flat[c_off[i] : c_off[i + 1]] for i in range(n)],
             logprobs=[l_flat[c_off[i] : c_off[i + 1]] for i in range(n)],
             rewards=rng.random(n),
             advantages=rng.normal(size=n),
             tokens=int(p_len.sum() + c_len.sum()),
             completion_tokens=int(c_len.sum()),
+            distinct_prompt_tokens=int(g_len.sum()),
         )
 
 
@@ -115,7 +126,7 @@ class LlmReplay:
             behaviour_logprobs=w.logprobs[lo:hi],
             rewards=w.rewards[lo:hi],
             advantages=w.advantages[lo:hi],
-            group_ids=np.arange(lo, hi) // 8,
+            group_ids=np.arange(lo, hi) // GROUP,
             policy_versions=0,
         )
         self.table.insert(batch)
@@ -310,6 +321,7 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
         impl.sample()  # type: ignore[attr-defined]
         latencies[i] = time.perf_counter_ns() - t0
     payload = 4 * workload.tokens + 4 * workload.completion_tokens
+    distinct_payload = 4 * (workload.distinct_prompt_tokens + 2 * workload.completion_tokens)
     extra: dict[str, object] = {}
     if name.startswith("llm-replay"):
         from llm_replay.buffer.gather import gather_backend
@@ -337,6 +349,7 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
         "resident_bytes": resident,
         "resident_bytes_per_token": resident / workload.tokens,
         "resident_vs_payload": resident / payload,
+        "resident_vs_distinct_payload": resident / distinct_payload,
         **extra,
     }
 
@@ -425,7 +438,8 @@ def summarise(results: list[dict[str, object]]) -> list[dict[str, object]]:
 def print_table(results: list[dict[str, object]]) -> None:
     head = (
         f"{'scenario':8} {'implementation':24} {'insert/s':>10} {'batches/s':>10} "
-        f"{'p50 us':>8} {'p99 us':>8} {'B/token':>8} {'x payload':>9}  ratio vs best peer"
+        f"{'p50 us':>8} {'p99 us':>8} {'B/token':>8} {'x payload':>9} {'x distinct':>10}  "
+        "ratio vs best peer"
     )
     print(head)
     print("-" * len(head))
@@ -448,7 +462,8 @@ def print_table(results: list[dict[str, object]]) -> None:
         print(
             f"{r['scenario']:8} {r['implementation']:24} {r['insert_rollouts_per_s']:>10.0f} "
             f"{r['sample_batches_per_s']:>10.0f} {r['sample_p50_us']:>8.0f} {r['sample_p99_us']:>8.0f} "
-            f"{r['resident_bytes_per_token']:>8.2f} {r['resident_vs_payload']:>9.2f}  {note}"
+            f"{r['resident_bytes_per_token']:>8.2f} {r['resident_vs_payload']:>9.2f} "
+            f"{r['resident_vs_distinct_payload']:>10.2f}  {note}"
         )
 
 

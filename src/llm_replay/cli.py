@@ -260,7 +260,11 @@ def _print_table_report(path: Path, r: dict[str, Any]) -> None:
     table.add_column("value", overflow="fold")
     table.add_row("rollouts", f"{r['size']} of {r['max_rollouts']}")
     table.add_row("tokens", f"{r['num_tokens']} (limit {r['max_tokens'] or 'none'})")
-    table.add_row("bytes", f"{r['nbytes']} held, {r['payload_nbytes']} payload")
+    table.add_row(
+        "bytes",
+        f"{r['nbytes']} held, {r['payload_nbytes']} payload ({r['stored_nbytes']} stored: "
+        "shared prompts once)",
+    )
     table.add_row("policy version", str(r["policy_version"]))
     table.add_row("age histogram (0, 1, …)", " ".join(map(str, _trim(r["age_histogram"]))))
     table.add_row("reuse histogram (0, 1, …)", " ".join(map(str, _trim(r["reuse_histogram"]))))

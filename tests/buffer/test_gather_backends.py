@@ -92,7 +92,7 @@ def test_numba_and_numpy_inserts_write_the_same_arena(seed: int) -> None:
         for i in range(8):  # wraps the ring, so both relayout paths are crossed too
             table.insert(make_batch(rng, 48, first_group=100 * i, completion=(1, 40)))
         used = table.storage.head
-        arenas.append((table.storage.arena[:used].copy(), table.storage.offset.copy()))
+        arenas.append((table.storage.arena[:used].copy(), table.storage.prompt_offset.copy()))
     np.testing.assert_array_equal(arenas[0][0], arenas[1][0])
     np.testing.assert_array_equal(arenas[0][1], arenas[1][1])
 

@@ -124,6 +124,8 @@ class TableMachine(RuleBasedStateMachine):
             n,
             version=max(0, self.version - int(self.rng.integers(0, 3))),
             first_group=self.next_group,
+            group_size=int(self.rng.integers(1, 6)),
+            shared_prompts=bool(self.rng.random() < 0.8),  # else a group id with other prompts
         )
         self.next_group += n
         try:
@@ -249,6 +251,12 @@ class TableMachine(RuleBasedStateMachine):
             self.inserted[k].num_tokens + self.inserted[k].completion_ids.size
             for k in keys.tolist()
         )
+        # shared prompts are stored once: never more than the payload, never less than the
+        # completions plus each distinct live prompt once
+        distinct = {tuple(self.inserted[k].prompt_ids.tolist()) for k in keys.tolist()}
+        floor = sum(2 * self.inserted[k].completion_ids.size for k in keys.tolist())
+        floor += sum(len(p) for p in distinct)
+        assert 4 * floor <= stats.stored_nbytes <= stats.payload_nbytes
         if table.sampler.name == "positive_biased":
             sampler = table.sampler
             assert sampler._fresh_live + sampler._kept_live == stats.size

@@ -18,8 +18,8 @@ the same pass; it is used when numba imports, unless `LLM_REPLAY_GATHER=numpy` (
 `set_gather_backend("numpy")`) asks for the fallback.
 
 The same switch chooses how an insert writes its rows into the arena (`scatter_rows`): numpy
-scatters through per-token index arrays, the compiled kernel copies each row's three segments
-(prompt, completion, log-prob bits) as slices.
+scatters through per-token index arrays, the compiled kernel copies each row's segments (prompt
+unless shared with the group's previous row, completion, log-prob bits) as slices.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class PinnedRows:
     arena: I32
     prefix: B  # `prefix_width` ones then as many zeros: mask rows are windows of it
     prefix_width: int
-    offset: I64
+    prompt_offset: I64
+    completion_offset: I64
     prompt_len: I32
     completion_len: I32
 
@@ -66,9 +67,10 @@ class PinnedRows:
         (the log-prob of input_ids[b, t], 0 outside the completion), attention_mask [B, T] and
         loss_mask [B, T] (completion tokens) as bool, with T the longest rollout in the batch.
 
-        Each output row is one contiguous window of the arena (the guard region after the ring
-        keeps every window in bounds), so the gather is a row copy per rollout, not a per-token
-        index; masks are windows of a ones-then-zeros pattern.
+        A row that stores its own prompt (`buffer.layout`) is one contiguous window of the arena
+        (the guard region after the ring keeps every window in bounds), so the gather is a row
+        copy per rollout, not a per-token index; a row that shares its group's prompt takes its
+        prompt columns from a second window. Masks are windows of a ones-then-zeros pattern.
         """
         p = self.prompt_len
         c = self.completion_len
@@ -81,12 +83,29 @@ class PinnedRows:
             bits = np.empty((n, width), dtype=np.int32)
             attention = np.empty((n, width), dtype=np.bool_)
             loss = np.empty((n, width), dtype=np.bool_)
-            kernel(self.arena, self.offset, p, c, int(pad_id), ids, bits, attention, loss)
+            kernel(
+                self.arena,
+                self.prompt_offset,
+                self.completion_offset,
+                p,
+                c,
+                int(pad_id),
+                ids,
+                bits,
+                attention,
+                loss,
+            )
             return ids, bits.view(np.float32), attention, loss
         windows = row_windows(self.arena, width)
-        ids = windows[self.offset]
-        logprob_bits = windows[self.offset + c]  # log-prob of token t sits at offset + C + t
         masks = row_windows(self.prefix, width)
+        start = self.completion_offset - p  # column t reads start + t: the completion from P on
+        ids = windows[start]
+        followers = np.flatnonzero(start != self.prompt_offset)
+        if len(followers):
+            prompt_part = masks[self.prefix_width - p[followers]]
+            own_prompt = windows[self.prompt_offset[followers]]
+            ids[followers] = np.where(prompt_part, own_prompt, ids[followers])
+        logprob_bits = windows[start + c]  # log-prob of completion token j sits at C + j after it
         attention = masks[self.prefix_width - lengths]
         loss = attention ^ masks[self.prefix_width - p]
         if pad_id == 0:
@@ -99,27 +118,33 @@ class PinnedRows:
 
 def scatter_rows(
     block: I32,
+    shares: B,
     p_len: I64,
     c_len: I64,
     prompt_ids: npt.ArrayLike,
     completion_ids: npt.ArrayLike,
     logprobs: npt.ArrayLike,
 ) -> None:
-    """Write consecutive rows [prompt | completion | log-prob bits] into `block` (an arena
-    slice of exactly `sum(p_len + 2 * c_len)` units), from the batch's flat arrays."""
+    """Write consecutive rows into `block` (an arena slice of exactly their stored units): each
+    row's [prompt | completion | log-prob bits], without the prompt where `shares` says the row
+    uses the previous row's (`buffer.layout`), from the batch's flat arrays."""
     prompt_ids = np.ascontiguousarray(prompt_ids, dtype=np.int32)
     completion_ids = np.ascontiguousarray(completion_ids, dtype=np.int32)
     logprob_bits = np.ascontiguousarray(logprobs, dtype=np.float32).view(np.int32)
     kernel = compiled_kernel()
     if kernel is not None and _scatter_kernel is not None:
-        _scatter_kernel(block, p_len, c_len, prompt_ids, completion_ids, logprob_bits)
+        _scatter_kernel(block, shares, p_len, c_len, prompt_ids, completion_ids, logprob_bits)
         return
+    from llm_replay.buffer.layout import exclusive_cumsum, stored_units
     from llm_replay.rollout import concat_ranges
 
-    seg_p = np.zeros(len(p_len), dtype=np.int64)
-    np.cumsum((p_len + 2 * c_len)[:-1], out=seg_p[1:])
-    seg_c = seg_p + p_len
-    block[concat_ranges(seg_p, p_len)] = prompt_ids
+    own = np.where(shares, 0, p_len)
+    seg_p = exclusive_cumsum(stored_units(shares, p_len, c_len))
+    seg_c = seg_p + own
+    lead = ~shares
+    block[concat_ranges(seg_p[lead], p_len[lead])] = prompt_ids[
+        concat_ranges(exclusive_cumsum(p_len)[lead], p_len[lead])
+    ]
     block[concat_ranges(seg_c, c_len)] = completion_ids
     block[concat_ranges(seg_c + c_len, c_len)] = logprob_bits
 
@@ -170,7 +195,7 @@ def _load_kernel() -> Callable[..., None] | None:
 
 
 def _scatter(
-    block: Any, p_len: Any, c_len: Any, prompts: Any, completions: Any, bits: Any
+    block: Any, shares: Any, p_len: Any, c_len: Any, prompts: Any, completions: Any, bits: Any
 ) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
     dst = 0
     src_p = 0
@@ -178,17 +203,20 @@ def _scatter(
     for i in range(len(p_len)):
         p = p_len[i]
         c = c_len[i]
-        block[dst : dst + p] = prompts[src_p : src_p + p]
-        block[dst + p : dst + p + c] = completions[src_c : src_c + c]
-        block[dst + p + c : dst + p + 2 * c] = bits[src_c : src_c + c]
-        dst += p + 2 * c
+        if not shares[i]:
+            block[dst : dst + p] = prompts[src_p : src_p + p]
+            dst += p
+        block[dst : dst + c] = completions[src_c : src_c + c]
+        block[dst + c : dst + 2 * c] = bits[src_c : src_c + c]
+        dst += 2 * c
         src_p += p
         src_c += c
 
 
 def _gather_rows(
     arena: Any,
-    offset: Any,
+    prompt_offset: Any,
+    completion_offset: Any,
     prompt_len: Any,
     completion_len: Any,
     pad_id: int,
@@ -197,17 +225,19 @@ def _gather_rows(
     attention: Any,
     loss: Any,
 ) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
-    for b in range(len(offset)):
-        start = offset[b]
+    for b in range(len(prompt_offset)):
+        prompt = prompt_offset[b]
+        completion = completion_offset[b]
         p = prompt_len[b]
-        n = p + completion_len[b]
-        ids[b, :n] = arena[start : start + n]
+        c = completion_len[b]
+        n = p + c
+        ids[b, :p] = arena[prompt : prompt + p]
+        ids[b, p:n] = arena[completion : completion + c]
         ids[b, n:] = pad_id
         attention[b, :n] = True
         attention[b, n:] = False
-        shift = start + completion_len[b]  # the log-prob of token t sits at offset + C + t
         bits[b, :p] = 0
-        bits[b, p:n] = arena[shift + p : shift + n]
+        bits[b, p:n] = arena[completion + c : completion + 2 * c]
         bits[b, n:] = 0
         loss[b, :p] = False
         loss[b, p:n] = True

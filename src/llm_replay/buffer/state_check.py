@@ -15,9 +15,14 @@ from llm_replay.rollout import FINISH_REASONS
 
 
 def check_storage_state(
-    capacity: int, meta: dict[str, Any], arrays: dict[str, np.ndarray], columns: dict[str, Any]
+    capacity: int,
+    meta: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    columns: dict[str, Any],
+    rebuilt: tuple[str, ...] = (),
 ) -> None:
-    """Refuse (ValueError naming the entry) a saved state that does not describe a valid storage."""
+    """Refuse (ValueError naming the entry) a saved state that does not describe a valid storage.
+    `rebuilt`: columns the load recomputes, which a state does not carry."""
 
     def fail(name: str, why: str) -> NoReturn:
         raise ValueError(f"storage {name}: {why}")
@@ -38,7 +43,7 @@ def check_storage_state(
         fail("added", "must be three integers")
     used = meta["fresh_slot"]
     for name, dtype in columns.items():
-        if name == "offset":
+        if name in rebuilt:
             continue
         column = arrays.get(f"col_{name}")
         if column is None or column.dtype != dtype or column.shape != (used,):

@@ -37,6 +37,7 @@ class TableStats:
     max_bytes: int | None
     nbytes: int
     payload_nbytes: int
+    stored_nbytes: int  # payload_nbytes less the prompts rows of a group share
     policy_version: int
     inserts: int
     insert_calls: int
@@ -67,6 +68,7 @@ class TableStats:
             f"{prefix}/tokens": float(self.num_tokens),
             f"{prefix}/bytes": float(self.nbytes),
             f"{prefix}/payload_bytes": float(self.payload_nbytes),
+            f"{prefix}/stored_bytes": float(self.stored_nbytes),
             f"{prefix}/inserts": float(self.inserts),
             f"{prefix}/samples": float(self.samples),
             f"{prefix}/samples_per_insert": self.samples_per_insert,
@@ -116,6 +118,7 @@ def merge_stats(parts: Sequence[TableStats], name: str) -> TableStats:
         max_bytes=capacity("max_bytes"),
         nbytes=total("nbytes"),
         payload_nbytes=total("payload_nbytes"),
+        stored_nbytes=total("stored_nbytes"),
         policy_version=max(p.policy_version for p in parts),
         inserts=total("inserts"),
         insert_calls=total("insert_calls"),

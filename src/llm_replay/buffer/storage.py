@@ -5,7 +5,8 @@ Per-rollout Python objects (or tensors padded to the longest completion) cost 2-
 make sampling a Python loop. Here every rollout's payload lives contiguously in one int32 arena as
 ``[prompt ids (P) | completion ids (C) | behaviour log-probs as float32 bits (C)]``, so the memory is
 the raw payload (4P + 8C bytes) plus ~100 bytes of fixed per-slot columns, and a padded,
-learner-ready batch is gathered with a few vectorised numpy operations.
+learner-ready batch is gathered with a few vectorised numpy operations. Rows of a group that
+arrive together store their prompt once (`buffer/layout.py`): 4P/G + 8C bytes a rollout.
 
 The arena is a ring written in insertion order. Oldest-first eviction (capacity, max age) frees
 space at the ring's tail; other evictions leave holes that are reclaimed when the tail passes them
@@ -26,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer import arena as sizing
+from llm_replay.buffer import layout
 from llm_replay.buffer.arena import MemoryArena, guard_for
 from llm_replay.buffer.gather import PinnedRows, scatter_rows
 from llm_replay.buffer.state_check import check_storage_state
@@ -34,8 +36,12 @@ from llm_replay.rollout import RolloutBatch, concat_ranges
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
+LAYOUT_COLUMNS = ("prompt_offset", "completion_offset")
+"""Where each row sits in the arena: rebuilt on load, never saved."""
+
 COLUMNS: dict[str, Any] = {
-    "offset": np.int64,
+    "prompt_offset": np.int64,
+    "completion_offset": np.int64,
     "prompt_len": np.int32,
     "completion_len": np.int32,
     "reward": np.float64,
@@ -76,7 +82,8 @@ class RolloutStorage:
         self.tokens_added = 0
         for name, dtype in COLUMNS.items():
             setattr(self, name, np.zeros(capacity, dtype=dtype))
-        self.offset: I64
+        self.prompt_offset: I64
+        self.completion_offset: I64
         self.prompt_len: I32
         self.completion_len: I32
         self.reward: npt.NDArray[np.float64]
@@ -170,7 +177,8 @@ class RolloutStorage:
         slots = self._take_slots(n)
         p_len = batch.prompt_lengths.astype(np.int64)
         c_len = batch.completion_lengths.astype(np.int64)
-        units = p_len + 2 * c_len
+        shares = layout.shares_previous_prompt(batch.group_ids, p_len, batch.prompt_ids)
+        units = layout.stored_units(shares, p_len, c_len)
         self.rollouts_added += n
         self.units_added += int(units.sum())
         self.tokens_added += int(p_len.sum() + c_len.sum())
@@ -179,11 +187,13 @@ class RolloutStorage:
             self.max_len = longest
             if longest > len(self.arena) - self.data_units:
                 self._relayout(0, force=True)
-        offsets = self._allocate(units)
-        self._write_payload(batch, offsets, p_len, c_len)
+        starts = self._allocate(units)
+        self._write_payload(batch, shares, p_len, c_len, int(starts[0]), int(units.sum()))
 
         codes = np.array([self._task_code(name) for name in batch.task_names], dtype=np.int16)
-        self.offset[slots] = offsets
+        self.prompt_offset[slots], self.completion_offset[slots] = layout.row_offsets(
+            shares, p_len, starts
+        )
         self.prompt_len[slots] = batch.prompt_lengths
         self.completion_len[slots] = batch.completion_lengths
         self.reward[slots] = batch.rewards
@@ -200,7 +210,7 @@ class RolloutStorage:
         self.dense[self.size : self.size + n] = slots
         self.dense_pos[slots] = np.arange(self.size, self.size + n, dtype=np.int32)
         self.size += n
-        self.live_units += int(units.sum())
+        self.live_units += int((p_len + 2 * c_len).sum())
         self.num_tokens += int(p_len.sum() + c_len.sum())
         return slots
 
@@ -266,7 +276,8 @@ class RolloutStorage:
         if self.size == 0 and not len(pinned):
             self.head = 0
             return total <= self.data_units
-        bounds = pinned if self.size == 0 else np.append(pinned, self.offset[self.oldest(1)[0]])
+        oldest = self.oldest(1)
+        bounds = pinned if self.size == 0 else np.append(pinned, self.prompt_offset[oldest[0]])
         # The tail is the occupied offset that comes first going forward from the head.
         tail = int(bounds[np.argmin((bounds - self.head) % self.data_units)])
         if tail < self.head:  # live span [tail, head): free at the end, then [0, tail)
@@ -275,43 +286,41 @@ class RolloutStorage:
 
     def _relayout(self, incoming: int, force: bool = False) -> None:
         """Copy live payload, oldest first, to the front of a (possibly larger) arena."""
-        needed = self.live_units + incoming
+        ordered = self.live_in_order()
+        sources, lengths, destinations, prompt_offset, completion_offset = layout.compacted(
+            self.prompt_offset[ordered],
+            self.completion_offset[ordered],
+            self.prompt_len[ordered].astype(np.int64),
+            self.completion_len[ordered].astype(np.int64),
+        )
+        held = int(lengths.sum())
+        needed = held + incoming
         size = self.data_units
         if needed > 0.9 * size and not force:  # compacting alone would leave too little room: grow
             projected = self.projected_units() * sizing.HEADROOM
             size = max(
                 int(needed * sizing.GROWTH), int(min(projected, needed * sizing.MAX_GROWTH_STEP))
             )
-        ordered = self.live_in_order()
         new = self.arena_store.new(size + guard_for(self.max_len), zeroed=False)
-        if len(ordered):
-            old_off = self.offset[ordered]
-            lengths = self.prompt_len[ordered].astype(np.int64) + 2 * self.completion_len[ordered]
-            new_off = np.zeros(len(ordered), dtype=np.int64)
-            np.cumsum(lengths[:-1], out=new_off[1:])
-            # Copy maximal runs that are contiguous in the old arena: FIFO tables have one or two.
-            breaks = np.flatnonzero(old_off[1:] != old_off[:-1] + lengths[:-1]) + 1
-            starts = np.concatenate(([0], breaks))
-            ends = np.concatenate((breaks, [len(ordered)]))
-            for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-                src, dst = int(old_off[a]), int(new_off[a])
-                span = int(new_off[b - 1] + lengths[b - 1]) - dst
-                for at in range(0, span, sizing.COPY_UNITS):  # bounded pages held at once
-                    n = min(sizing.COPY_UNITS, span - at)
-                    new[dst + at : dst + at + n] = self.arena[src + at : src + at + n]
-                    self.arena_store.touched(8 * n)  # read and written
-            self.offset[ordered] = new_off
-            self.head = int(new_off[-1] + lengths[-1])
-        else:
-            self.head = 0
+        for src, dst, span in layout.contiguous_runs(sources, lengths, destinations):
+            for at in range(0, span, sizing.COPY_UNITS):  # bounded pages held at once
+                n = min(sizing.COPY_UNITS, span - at)
+                new[dst + at : dst + at + n] = self.arena[src + at : src + at + n]
+                self.arena_store.touched(8 * n)  # read and written
+        self.prompt_offset[ordered] = prompt_offset
+        self.completion_offset[ordered] = completion_offset
+        self.head = held
         self._set_arena(new)
 
-    def _write_payload(self, batch: RolloutBatch, offsets: I64, p_len: I64, c_len: I64) -> None:
-        """Interleave prompt / completion / log-prob segments into the block `_allocate` gave."""
-        start = int(offsets[0])
-        block = self.arena[start : start + int((p_len + 2 * c_len).sum())]
+    def _write_payload(
+        self, batch: RolloutBatch, shares: Any, p_len: I64, c_len: I64, start: int, units: int
+    ) -> None:
+        """Write the batch's rows into the block `_allocate` gave (`buffer.layout`)."""
+        block = self.arena[start : start + units]
         b = batch
-        scatter_rows(block, p_len, c_len, b.prompt_ids, b.completion_ids, b.behaviour_logprobs)
+        scatter_rows(
+            block, shares, p_len, c_len, b.prompt_ids, b.completion_ids, b.behaviour_logprobs
+        )
         self.arena_store.touched(block.nbytes)
 
     # ----------------------------------------------------------------- remove
@@ -356,7 +365,8 @@ class RolloutStorage:
             self.arena,
             self._prefix,
             self._prefix_width,
-            self.offset[slots],
+            self.prompt_offset[slots],
+            self.completion_offset[slots],
             self.prompt_len[slots],
             self.completion_len[slots],
         )
@@ -380,20 +390,20 @@ class RolloutStorage:
 
     def _pinned_starts(self) -> I64:
         """Offsets of pinned rows in the current arena (pins of a replaced arena bind nothing)."""
-        starts = [rows.offset for rows in self._pins.values() if rows.arena is self.arena]
+        starts = [rows.prompt_offset for rows in self._pins.values() if rows.arena is self.arena]
         return np.concatenate(starts) if starts else np.zeros(0, dtype=np.int64)
 
     def gather_batch(self, slots: I64) -> RolloutBatch:
         """The stored rollouts at `slots` as a columnar batch (for checkpoints and mixtures)."""
         p = self.prompt_len[slots].astype(np.int64)
         c = self.completion_len[slots].astype(np.int64)
-        off = self.offset[slots]
+        completion = self.completion_offset[slots]
         return RolloutBatch(
-            prompt_ids=self.arena[concat_ranges(off, p)],
+            prompt_ids=self.arena[concat_ranges(self.prompt_offset[slots], p)],
             prompt_lengths=self.prompt_len[slots].copy(),
-            completion_ids=self.arena[concat_ranges(off + p, c)],
+            completion_ids=self.arena[concat_ranges(completion, c)],
             completion_lengths=self.completion_len[slots].copy(),
-            behaviour_logprobs=self.arena[concat_ranges(off + p + c, c)].view(np.float32),
+            behaviour_logprobs=self.arena[concat_ranges(completion + c, c)].view(np.float32),
             rewards=self.reward[slots].copy(),
             advantages=self.advantage[slots].copy(),
             group_ids=self.group_id[slots].copy(),
@@ -415,8 +425,18 @@ class RolloutStorage:
 
     @property
     def payload_nbytes(self) -> int:
-        """Raw payload of the live rollouts: token ids (4 B) + completion log-probs (4 B)."""
+        """Raw payload of the live rollouts: token ids (4 B) + completion log-probs (4 B), each
+        rollout counted with its own prompt (what `max_bytes` bounds)."""
         return sizing.UNIT_BYTES * self.live_units
+
+    def stored_nbytes(self) -> int:
+        """Payload bytes the arena actually holds for the live rollouts: `payload_nbytes` less
+        the prompts that rows of a group share (`buffer.layout`). O(size): for reports."""
+        slots = self.live_slots()
+        distinct = np.unique(self.prompt_offset[slots], return_index=True)[1]
+        units = 2 * self.completion_len[slots].astype(np.int64).sum()
+        units += self.prompt_len[slots[distinct]].astype(np.int64).sum()
+        return sizing.UNIT_BYTES * int(units)
 
     def rollout_tokens(self, slots: I64) -> I64:
         """Prompt + completion tokens of each stored rollout at `slots`."""
@@ -441,7 +461,7 @@ class RolloutStorage:
             "free": np.asarray(self._free, dtype=np.int64),
         }
         for name in COLUMNS:
-            if name != "offset":
+            if name not in LAYOUT_COLUMNS:
                 arrays[f"col_{name}"] = getattr(self, name)[:used].copy()
         return arrays
 
@@ -457,26 +477,29 @@ class RolloutStorage:
         }
 
     def load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        check_storage_state(self.capacity, meta, arrays, COLUMNS)
+        check_storage_state(self.capacity, meta, arrays, COLUMNS, LAYOUT_COLUMNS)
         used = int(meta["fresh_slot"])
         for name in COLUMNS:
-            if name != "offset":
+            if name not in LAYOUT_COLUMNS:
                 getattr(self, name)[:used] = arrays[f"col_{name}"]
         ordered = arrays["slots_in_order"].astype(np.int64)
         p = self.prompt_len[ordered].astype(np.int64)
         c = self.completion_len[ordered].astype(np.int64)
-        units = p + 2 * c
+        prompt_ids = arrays["prompt_ids"]
+        shares = layout.shares_previous_prompt(self.group_id[ordered], p, prompt_ids)
+        units = layout.stored_units(shares, p, c)
         total = int(units.sum())
         self.max_len = int(max(self.max_len, (p + c).max(initial=0)))
         units_ = max(int(meta["arena_units"]), total, 16)
         self._set_arena(self.arena_store.new(units_ + guard_for(self.max_len)))
-        offsets = np.zeros(len(ordered), dtype=np.int64)
-        if len(ordered):
-            np.cumsum(units[:-1], out=offsets[1:])
-        self.offset[ordered] = offsets
-        self.arena[concat_ranges(offsets, p)] = arrays["prompt_ids"]
-        self.arena[concat_ranges(offsets + p, c)] = arrays["completion_ids"]
-        self.arena[concat_ranges(offsets + p + c, c)] = arrays["behaviour_logprobs"].view(np.int32)
+        starts = layout.exclusive_cumsum(units)
+        self.prompt_offset[ordered], self.completion_offset[ordered] = layout.row_offsets(
+            shares, p, starts
+        )
+        logprobs = arrays["behaviour_logprobs"].view(np.float32)
+        scatter_rows(
+            self.arena[:total], shares, p, c, prompt_ids, arrays["completion_ids"], logprobs
+        )
         self.arena_store.touched(4 * total)
         self.head = total
         self.live[:] = False
@@ -491,6 +514,6 @@ class RolloutStorage:
         self._oldest_seq = int(meta["oldest_seq"])
         self._order[:] = 0
         self._order[self.seq[ordered] % len(self._order)] = ordered
-        self.live_units = total
+        self.live_units = int((p + 2 * c).sum())
         self.num_tokens = int(p.sum() + c.sum())
         self.task_names = list(meta["task_names"])

@@ -105,6 +105,7 @@ def table_stats(table: TableParts) -> TableStats:
         max_bytes=table.eviction.max_bytes,
         nbytes=st.nbytes,
         payload_nbytes=st.payload_nbytes,
+        stored_nbytes=st.stored_nbytes(),
         policy_version=table._version,
         inserts=counters.inserts,
         insert_calls=counters.insert_calls,
