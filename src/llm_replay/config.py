@@ -78,6 +78,10 @@ class ModelConfig:
             raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
 
 
+REWARDS = ("score", "binary")
+"""`task.reward`: the task's own score, or 1/0 by whether it reaches `correct_threshold`."""
+
+
 @dataclass
 class TaskConfig:
     kind: Literal["reasoning_gym", "dataset"] = "reasoning_gym"
@@ -97,10 +101,13 @@ class TaskConfig:
     prompt_field: str = "prompt"
     answer_field: str = "answer"
     correct_threshold: float = 1.0
+    reward: str = "score"  # "binary": 1 where the score reaches correct_threshold, else 0
     reward_timeout_s: float = 5.0
     failure_reward: float = 0.0
 
     def check(self) -> None:
+        if self.reward not in REWARDS:
+            raise ConfigError(f"reward = {self.reward!r}: choose one of {REWARDS}")
         if self.kind == "dataset" and not self.path:
             raise ConfigError("path = None: kind 'dataset' needs a .jsonl or .parquet file")
         for key in ("train_size", "eval_size"):

@@ -142,3 +142,31 @@ def test_crashing_and_hanging_rewards_are_survived_and_counted(
     finally:
         task.release.set()
         scorer.close()
+
+
+def test_binary_reward_turns_partial_credit_into_exact_match() -> None:
+    from llm_replay.config import ConfigError, load_config
+    from llm_replay.tasks import build_scorer, build_task
+
+    overrides = [
+        "task.dataset=spell_backward",
+        "task.params={min_word_len: 3, max_word_len: 5}",
+        "task.prompt_template='{word}<'",
+        "task.train_size=50",
+        "task.eval_size=10",
+    ]
+    config = load_config("configs/on_policy.yaml", [*overrides, "task.reward=binary"])
+    task = build_task(config)
+    problem = task.eval[0]
+    near_miss = problem.answer[:-1] + ("a" if problem.answer[-1] != "a" else "b")
+    partial = build_scorer(load_config("configs/on_policy.yaml", overrides), task)
+    binary = build_scorer(config, task)
+    try:
+        graded = partial.score([problem.answer, near_miss, ""], [problem] * 3)
+        assert graded[0] == 1.0 and 0.0 < graded[1] < 1.0  # spell_backward gives partial credit
+        assert binary.score([problem.answer, near_miss, ""], [problem] * 3).tolist() == [1, 0, 0]
+    finally:
+        partial.close()
+        binary.close()
+    with pytest.raises(ConfigError, match="reward = 'exact'"):
+        load_config("configs/on_policy.yaml", ["task.reward=exact"])

@@ -53,5 +53,8 @@ def _make_task(config: Config) -> Task:
 def build_scorer(config: Config, task: Task) -> SafeScorer:
     """A reward scorer with the run's timeout and failure reward (one per thread or process)."""
     return SafeScorer(
-        task, timeout_s=config.task.reward_timeout_s, failure_reward=config.task.failure_reward
+        task,
+        timeout_s=config.task.reward_timeout_s,
+        failure_reward=config.task.failure_reward,
+        binary=config.task.reward == "binary",
     )

@@ -33,14 +33,25 @@ class RewardCounts:
 
 
 class SafeScorer:
-    """Calls `task.score` with a per-call time limit; failures become `failure_reward`."""
+    """Calls `task.score` with a per-call time limit; failures become `failure_reward`.
+
+    `binary`: the reward is 1.0 where the task's score reaches its `correct_threshold`, else 0.0
+    (the verifiable exact-match reward), for tasks whose score gives partial credit that RL would
+    otherwise climb without getting answers right."""
 
     def __init__(
-        self, task: Task, *, timeout_s: float = 5.0, failure_reward: float = 0.0, workers: int = 4
+        self,
+        task: Task,
+        *,
+        timeout_s: float = 5.0,
+        failure_reward: float = 0.0,
+        workers: int = 4,
+        binary: bool = False,
     ) -> None:
         if not timeout_s > 0:
             raise ValueError(f"timeout_s = {timeout_s!r}: must be > 0")
         self.task = task
+        self.binary = bool(binary)
         self.timeout_s = float(timeout_s)
         self.failure_reward = float(failure_reward)
         self.workers = int(workers)
@@ -76,6 +87,8 @@ class SafeScorer:
         if deadline_hit:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="reward")
+        if self.binary:
+            return (rewards >= self.task.correct_threshold).astype(np.float64)
         return rewards
 
     def _report(self, index: int, completion: str, why: str) -> None:
