@@ -42,18 +42,27 @@ def assert_same_rollouts(a: RolloutBatch, b: RolloutBatch) -> None:
         np.testing.assert_array_equal(x.behaviour_logprobs, y.behaviour_logprobs)
 
 
-def test_sharing_is_decided_by_group_and_compared_tokens() -> None:
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_sharing_is_decided_by_group_and_compared_tokens(backend: str) -> None:
+    if backend == "numba":
+        pytest.importorskip("numba")
+    from llm_replay.buffer.gather import set_gather_backend
+
     prompt = [5, 6, 7, 8]
     batch = group_batch(
-        [prompt, prompt, [5, 6, 7, 9], prompt, prompt, [1, 2], [1, 2]],
-        [0, 0, 0, 0, 1, 2, 2],
+        [prompt, prompt, [5, 6, 7, 9], prompt, prompt, [1, 2], [1, 2], [1, 3]],
+        [0, 0, 0, 0, 1, 2, 2, 2],
     )
-    shares = layout.shares_previous_prompt(
-        batch.group_ids, batch.prompt_lengths.astype(np.int64), batch.prompt_ids
-    )
+    set_gather_backend(backend)
+    try:
+        shares = layout.shares_previous_prompt(
+            batch.group_ids, batch.prompt_lengths.astype(np.int64), batch.prompt_ids
+        )
+    finally:
+        set_gather_backend("auto")
     # row 2: same group, different last token; row 3: same as row 1 but not adjacent to it;
-    # row 4: same tokens, other group
-    assert shares.tolist() == [False, True, False, False, False, False, True]
+    # row 4: same tokens, other group; row 7: same group and length, second token differs
+    assert shares.tolist() == [False, True, False, False, False, False, True, False]
 
 
 def test_hand_computed_layout_and_compaction() -> None:

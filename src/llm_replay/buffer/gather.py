@@ -154,6 +154,7 @@ _backend = os.environ.get("LLM_REPLAY_GATHER", "auto")
 _kernel: Callable[..., None] | None = None
 _scatter_kernel: Callable[..., None] | None = None
 _count_kernel: Callable[..., None] | None = None
+_share_kernel: Callable[..., None] | None = None
 _kernel_failed = False
 
 
@@ -180,8 +181,13 @@ def compiled_kernel() -> Callable[..., None] | None:
     return _load_kernel()
 
 
+def compiled_share_kernel() -> Callable[..., None] | None:
+    """The compiled `buffer.layout.shares_previous_prompt`, or None for the numpy path."""
+    return _share_kernel if compiled_kernel() is not None else None
+
+
 def _load_kernel() -> Callable[..., None] | None:
-    global _kernel, _scatter_kernel, _count_kernel, _kernel_failed
+    global _kernel, _scatter_kernel, _count_kernel, _share_kernel, _kernel_failed
     if _kernel is None and not _kernel_failed:
         try:
             import numba
@@ -191,6 +197,7 @@ def _load_kernel() -> Callable[..., None] | None:
         _kernel = numba.njit(cache=True, nogil=True)(_gather_rows)
         _scatter_kernel = numba.njit(cache=True, nogil=True)(_scatter)
         _count_kernel = numba.njit(cache=True, nogil=True)(_count)
+        _share_kernel = numba.njit(cache=True, nogil=True)(_shares)
     return _kernel
 
 
@@ -242,6 +249,22 @@ def _gather_rows(
         loss[b, :p] = False
         loss[b, p:n] = True
         loss[b, n:] = False
+
+
+def _shares(
+    group_ids: Any, prompt_len: Any, prompts: Any, shares: Any
+) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
+    start = 0
+    for i in range(len(prompt_len)):
+        p = prompt_len[i]
+        if i > 0 and group_ids[i] == group_ids[i - 1] and p == prompt_len[i - 1]:
+            same = True
+            for t in range(p):
+                if prompts[start + t] != prompts[start - p + t]:
+                    same = False
+                    break
+            shares[i] = same
+        start += p
 
 
 def _count(counter: Any, slots: Any) -> None:  # pragma: no cover - compiled by numba

@@ -50,6 +50,12 @@ def shares_previous_prompt(group_ids: I64, prompt_len: I64, prompt_ids: npt.Arra
     if n < 2:
         return shares
     p = prompt_len.astype(np.int64)
+    from llm_replay.buffer.gather import compiled_share_kernel
+
+    kernel = compiled_share_kernel()
+    if kernel is not None:
+        kernel(np.asarray(group_ids, dtype=np.int64), p, prompts, shares)
+        return shares
     candidates = np.flatnonzero((group_ids[1:] == group_ids[:-1]) & (p[1:] == p[:-1])) + 1
     if not len(candidates):
         return shares
