@@ -147,3 +147,17 @@ def test_a_checkpoint_round_trip_keeps_prompts_shared(tmp_path: Path) -> None:
     )
     keys = table.storage.keys_of(table.storage.live_in_order())
     assert_same_rollouts(stored(reopened, keys), stored(table, keys))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_an_empty_table_round_trips_on_both_backends(backend: str, tmp_path: Path) -> None:
+    if backend == "numba":
+        pytest.importorskip("numba")
+    from llm_replay.buffer.gather import set_gather_backend
+
+    set_gather_backend(backend)
+    try:
+        reopened = ReplayTable.load(ReplayTable(8).save(tmp_path / "table"))
+        assert reopened.size == 0 and reopened.stats().stored_nbytes == 0
+    finally:
+        set_gather_backend("auto")

@@ -128,6 +128,8 @@ def scatter_rows(
     """Write consecutive rows into `block` (an arena slice of exactly their stored units): each
     row's [prompt | completion | log-prob bits], without the prompt where `shares` says the row
     uses the previous row's (`buffer.layout`), from the batch's flat arrays."""
+    if not len(p_len):
+        return
     prompt_ids = np.ascontiguousarray(prompt_ids, dtype=np.int32)
     completion_ids = np.ascontiguousarray(completion_ids, dtype=np.int32)
     logprob_bits = np.ascontiguousarray(logprobs, dtype=np.float32).view(np.int32)
@@ -135,15 +137,15 @@ def scatter_rows(
     if kernel is not None and _scatter_kernel is not None:
         _scatter_kernel(block, shares, p_len, c_len, prompt_ids, completion_ids, logprob_bits)
         return
-    from llm_replay.buffer.layout import exclusive_cumsum, stored_units
     from llm_replay.rollout import concat_ranges
 
-    own = np.where(shares, 0, p_len)
-    seg_p = exclusive_cumsum(stored_units(shares, p_len, c_len))
+    own = np.where(shares, 0, p_len).astype(np.int64)  # prompt units each row stores
+    seg_p = np.concatenate(([0], np.cumsum(own + 2 * c_len)[:-1])).astype(np.int64)
     seg_c = seg_p + own
     lead = ~shares
+    src_p = np.concatenate(([0], np.cumsum(p_len)[:-1])).astype(np.int64)
     block[concat_ranges(seg_p[lead], p_len[lead])] = prompt_ids[
-        concat_ranges(exclusive_cumsum(p_len)[lead], p_len[lead])
+        concat_ranges(src_p[lead], p_len[lead])
     ]
     block[concat_ranges(seg_c, c_len)] = completion_ids
     block[concat_ranges(seg_c + c_len, c_len)] = logprob_bits
