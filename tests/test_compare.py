@@ -282,3 +282,25 @@ def test_trl_backend_refuses_what_it_cannot_run(tmp_path: Path, monkeypatch: pyt
     experiment = load_experiment(path)
     with pytest.raises(ConfigError, match=r"methods.tis: algorithm.loss = 'tis'"):
         run_config(experiment, experiment.methods[0], 0)
+
+
+def test_an_archive_made_under_another_protocol_is_refused(tmp_path: Path) -> None:
+    from llm_replay.archive import ArchiveMismatch, archive_run, restore_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"kind": "eval", "iteration": 0}\n')
+    made = {"train": {"compute_budget": 4.5e6, "seed": 0}, "task": {"dataset": "spell_backward"}}
+    archive = tmp_path / "archive"
+    assert archive_run(run, archive, "on_policy", 0, made) is not None
+    later = {
+        "train": {"compute_budget": 9e6, "seed": 0},
+        "task": {"dataset": "spell_backward", "reward": "binary"},  # a key added since: ignored
+    }
+    with pytest.raises(ArchiveMismatch, match=r"train.compute_budget: 4500000.0 -> 9000000.0"):
+        restore_run(archive, tmp_path / "elsewhere", "on_policy", 0, later)
+    assert not (tmp_path / "elsewhere").exists()
+    later["train"]["compute_budget"] = 4.5e6
+    assert restore_run(archive, tmp_path / "elsewhere", "on_policy", 0, later)
+    assert (tmp_path / "elsewhere" / "summary.json").is_file()

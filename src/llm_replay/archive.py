@@ -5,6 +5,12 @@ A long comparison runs over several sessions and machines. `archive_run` copies 
 records, only the keys the summaries and plots read (`TRAIN_KEYS`): tens of KB per run instead of
 a megabyte. `restore_run` writes them back into an empty run directory, so `compare` counts the run
 as done and `report` redraws from it. Archives hold JSON only, written atomically.
+
+An archived run also keeps its *protocol* (`protocol.json`: the run's resolved config less its
+logging section), and a restore refuses a run whose protocol differs from what the experiment
+would run now in any setting both name: an archive made at another budget, task or reward is
+never silently counted as finished. Settings only one side names (a config key added since) are
+not compared, so archives from before a new option keep restoring.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from llm_replay.metrics.logging import METRICS_FILE, read_log
 
 SUMMARY_FILE = "summary.json"
 ARCHIVED_METRICS = "metrics.jsonl.gz"
+PROTOCOL_FILE = "protocol.json"
 TRAIN_KEYS = (
     "kind",
     "iteration",
@@ -55,7 +62,33 @@ def compact_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def archive_run(run_dir: Path, archive: Path, method: str, seed: int) -> Path | None:
+class ArchiveMismatch(ValueError):
+    """An archived run was made under another protocol than the experiment's."""
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def protocol_differences(archived: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """`key: archived -> current` for every setting both name and that differs."""
+    old, new = flatten(archived), flatten(current)
+    return [
+        f"{key}: {old[key]!r} -> {new[key]!r}"
+        for key in sorted(old.keys() & new.keys())
+        if old[key] != new[key]
+    ]
+
+
+def archive_run(
+    run_dir: Path, archive: Path, method: str, seed: int, protocol: dict[str, Any] | None = None
+) -> Path | None:
     """Copy a finished run (its summary exists) into the archive, unless it is there already."""
     run_dir = Path(run_dir)
     target = archived_dir(archive, method, seed)
@@ -66,16 +99,32 @@ def archive_run(run_dir: Path, archive: Path, method: str, seed: int) -> Path | 
     )
     target.mkdir(parents=True, exist_ok=True)
     _atomic_write(target / ARCHIVED_METRICS, gzip.compress(lines.encode(), mtime=0))
+    if protocol is not None:
+        text = json.dumps(protocol, sort_keys=True, indent=1) + "\n"
+        _atomic_write(target / PROTOCOL_FILE, text.encode())
     _atomic_write(target / SUMMARY_FILE, (run_dir / SUMMARY_FILE).read_bytes())
     return target
 
 
-def restore_run(archive: Path, run_dir: Path, method: str, seed: int) -> bool:
-    """Write an archived run back into `run_dir` if it is not finished there; True if restored."""
+def restore_run(
+    archive: Path, run_dir: Path, method: str, seed: int, protocol: dict[str, Any] | None = None
+) -> bool:
+    """Write an archived run back into `run_dir` if it is not finished there; True if restored.
+    Raises `ArchiveMismatch` if the archived run's protocol differs from `protocol`."""
     source = archived_dir(archive, method, seed)
     run_dir = Path(run_dir)
     if (run_dir / SUMMARY_FILE).is_file() or not (source / SUMMARY_FILE).is_file():
         return False
+    if protocol is not None and (source / PROTOCOL_FILE).is_file():
+        differences = protocol_differences(
+            json.loads((source / PROTOCOL_FILE).read_text()), protocol
+        )
+        if differences:
+            shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
+            raise ArchiveMismatch(
+                f"archived run {source} was made under another protocol ({shown}); move it "
+                "aside (or restore the settings) so it is not counted as finished"
+            )
     if run_dir.exists():  # an unfinished local attempt: the archived run replaces it
         shutil.rmtree(run_dir)
     run_dir.mkdir(parents=True)

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from llm_replay.analysis import RunCurves, compare_methods
-from llm_replay.archive import archive_run, restore_run
+from llm_replay.archive import ArchiveMismatch, archive_run, restore_run
 from llm_replay.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
@@ -225,13 +225,16 @@ def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str
     from llm_replay.training import console, run_training
 
     configs = [(m, s, run_config(experiment, m, s)) for m, s in experiment.planned()]
+    if experiment.archive is not None:  # refuse a stale archive before anything runs
+        for method, seed, config in configs:
+            _restore(experiment.archive, config.run_dir, method.name, seed, config)
     for index, (method, seed, config) in enumerate(configs, start=1):
-        if experiment.archive is not None:
-            restore_run(experiment.archive, config.run_dir, method.name, seed)
         if (config.run_dir / SUMMARY).is_file():
             log.info("%s seed %d: done before, skipped", method.name, seed)
             if experiment.archive is not None:
-                archive_run(config.run_dir, experiment.archive, method.name, seed)
+                archive_run(
+                    config.run_dir, experiment.archive, method.name, seed, protocol_of(config)
+                )
             continue
         console.rule(f"[bold]{index}/{len(configs)}[/] {method.name} · seed {seed}")
         if method.backend == "trl":
@@ -241,8 +244,23 @@ def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str
         else:
             run_training(config, show_progress=progress)
         if experiment.archive is not None:
-            archive_run(config.run_dir, experiment.archive, method.name, seed)
+            archive_run(config.run_dir, experiment.archive, method.name, seed, protocol_of(config))
     return summarise(experiment)
+
+
+def protocol_of(config: Any) -> dict[str, Any]:
+    """What makes two runs comparable: the resolved config, less where it logs and the device
+    (a run may be resumed on another machine), in its JSON form."""
+    tree = {k: v for k, v in config.to_dict().items() if k != "log"}
+    tree["model"] = {k: v for k, v in tree.get("model", {}).items() if k != "device"}
+    return dict(json.loads(json.dumps(tree, default=str)))
+
+
+def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) -> None:
+    try:
+        restore_run(archive, run_dir, method, seed, protocol_of(config))
+    except ArchiveMismatch as error:
+        raise ConfigError(f"archive: {error}") from None
 
 
 def summarise(experiment: Experiment) -> dict[str, Any]:
@@ -253,7 +271,9 @@ def summarise(experiment: Experiment) -> dict[str, Any]:
     for method, seed in experiment.planned():
         run_dir = experiment.run_dir(method.name, seed)
         if experiment.archive is not None:
-            restore_run(experiment.archive, run_dir, method.name, seed)
+            _restore(
+                experiment.archive, run_dir, method.name, seed, run_config(experiment, method, seed)
+            )
         if (run_dir / SUMMARY).is_file():
             runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
         else:
