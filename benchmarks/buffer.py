@@ -253,7 +253,7 @@ class TorchRLList:
 
 def build(name: str, capacity: int, width: int) -> object:
     if name in ("llm-replay", "llm-replay-numpy"):
-        from llm_replay.buffer.gather import set_gather_backend
+        from llm_replay.buffer.kernels import set_gather_backend
 
         set_gather_backend("numpy" if name == "llm-replay-numpy" else "auto")
         return LlmReplay(capacity, prioritized=False)
@@ -280,7 +280,7 @@ def load_kernels(name: str) -> int:
     """Load (and, the first time, compile) the compiled kernels before the baseline, as the peers'
     imports are: JIT compilation and numba's runtime are a once-per-process cost, not the table's.
     Returns the resident bytes that cost (0 with the numpy backend)."""
-    from llm_replay.buffer.gather import set_gather_backend
+    from llm_replay.buffer.kernels import set_gather_backend
 
     set_gather_backend("numpy" if name == "llm-replay-numpy" else "auto")
     gc.collect()
@@ -324,7 +324,7 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
     distinct_payload = 4 * (workload.distinct_prompt_tokens + 2 * workload.completion_tokens)
     extra: dict[str, object] = {}
     if name.startswith("llm-replay"):
-        from llm_replay.buffer.gather import gather_backend
+        from llm_replay.buffer.kernels import gather_backend
 
         out = impl.sample()  # type: ignore[attr-defined]
         batch_bytes = sum(a.nbytes for a in out)

@@ -30,7 +30,8 @@ def main() -> None:
     args = parser.parse_args()
     warm_kernels()
     from llm_replay.buffer import layout
-    from llm_replay.buffer.gather import scatter_rows, set_gather_backend
+    from llm_replay.buffer.gather import scatter_rows
+    from llm_replay.buffer.kernels import set_gather_backend
     from llm_replay.rollout import RolloutBatch
 
     w = Workload.make(256, (16, 256))

@@ -13,6 +13,7 @@ built it; it returns read-only arrays, so a validated batch cannot be changed in
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -194,9 +195,11 @@ def _numpy_rows(rows: Any, kinds: str) -> tuple[npt.NDArray[np.int64], np.ndarra
     """The common case, fast: every row a 1-D numpy array of one dtype that needs no widening
     check (ints up to uint32, or floats when allowed). None sends the caller down the checked path
     (which also names the offending row)."""
-    if not len(rows) or any(type(row) is not np.ndarray or row.ndim != 1 for row in rows):
+    if not len(rows) or set(map(type, rows)) != {np.ndarray}:
+        return None  # (map with C-level callables: this runs per row on every insert)
+    if set(map(_ndim, rows)) != {1}:
         return None
-    dtypes = {row.dtype for row in rows}
+    dtypes = set(map(_dtype, rows))
     if len(dtypes) != 1:
         return None
     dtype = dtypes.pop()
@@ -205,8 +208,12 @@ def _numpy_rows(rows: Any, kinds: str) -> tuple[npt.NDArray[np.int64], np.ndarra
         or dtype.kind not in kinds
     ):
         return None
-    lengths = np.fromiter((row.size for row in rows), dtype=np.int64, count=len(rows))
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     return lengths, np.concatenate(rows)
+
+
+_ndim = operator.attrgetter("ndim")
+_dtype = operator.attrgetter("dtype")
 
 
 def encode_tasks(

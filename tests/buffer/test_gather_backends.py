@@ -9,7 +9,8 @@ import pytest
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer import gather as gather_module
-from llm_replay.buffer.gather import gather_backend, set_gather_backend
+from llm_replay.buffer import kernels as kernels_module
+from llm_replay.buffer.kernels import gather_backend, set_gather_backend
 from llm_replay.rollout import RolloutBatch
 from tests.conftest import make_batch
 
@@ -73,8 +74,8 @@ def test_backend_choice_is_checked_and_falls_back_without_numba(
 ) -> None:
     with pytest.raises(ValueError, match="gather backend = 'fast'"):
         set_gather_backend("fast")
-    monkeypatch.setattr(gather_module, "_kernel", None)
-    monkeypatch.setattr(gather_module, "_kernel_failed", True)  # as if numba were missing
+    monkeypatch.setattr(kernels_module, "_kernels", None)
+    monkeypatch.setattr(kernels_module, "_kernel_failed", True)  # as if numba were missing
     set_gather_backend("auto")
     assert gather_backend() == "numpy"
     with pytest.raises(ValueError, match="numba is not installed"):

@@ -46,7 +46,7 @@ def assert_same_rollouts(a: RolloutBatch, b: RolloutBatch) -> None:
 def test_sharing_is_decided_by_group_and_compared_tokens(backend: str) -> None:
     if backend == "numba":
         pytest.importorskip("numba")
-    from llm_replay.buffer.gather import set_gather_backend
+    from llm_replay.buffer.kernels import set_gather_backend
 
     prompt = [5, 6, 7, 8]
     batch = group_batch(
@@ -109,7 +109,7 @@ def test_a_group_stores_its_prompt_once_and_reads_back_whole() -> None:
 def test_a_live_follower_keeps_its_prompt_through_compaction(backend: str) -> None:
     if backend == "numba":
         pytest.importorskip("numba")
-    from llm_replay.buffer.gather import set_gather_backend
+    from llm_replay.buffer.kernels import set_gather_backend
 
     set_gather_backend(backend)
     try:
@@ -153,7 +153,7 @@ def test_a_checkpoint_round_trip_keeps_prompts_shared(tmp_path: Path) -> None:
 def test_an_empty_table_round_trips_on_both_backends(backend: str, tmp_path: Path) -> None:
     if backend == "numba":
         pytest.importorskip("numba")
-    from llm_replay.buffer.gather import set_gather_backend
+    from llm_replay.buffer.kernels import set_gather_backend
 
     set_gather_backend(backend)
     try:

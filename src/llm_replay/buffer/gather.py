@@ -13,9 +13,8 @@ keeps alive, so it is safe too.
 
 Two implementations give identical arrays. The numpy one copies each row as one contiguous window
 of the arena, then masks with a second pass (numpy cannot fuse the two). With the optional
-`fast` extra (numba), a compiled kernel writes every output element once, copying and masking in
-the same pass; it is used when numba imports, unless `LLM_REPLAY_GATHER=numpy` (or
-`set_gather_backend("numpy")`) asks for the fallback.
+`fast` extra (numba), a compiled kernel (`buffer.kernels`) writes every output element once,
+copying and masking in the same pass; `buffer.kernels.set_gather_backend` chooses.
 
 The same switch chooses how an insert writes its rows into the arena (`scatter_rows`): numpy
 scatters through per-token index arrays, the compiled kernel copies each row's segments (prompt
@@ -24,13 +23,13 @@ unless shared with the group's previous row, completion, log-prob bits) as slice
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from llm_replay.buffer.kernels import compiled
+from llm_replay.buffer.layout import exclusive_cumsum, stored_units
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -76,14 +75,14 @@ class PinnedRows:
         c = self.completion_len
         lengths = p + c
         width = int(lengths.max()) if len(p) else 0
-        kernel = compiled_kernel()
-        if kernel is not None:
+        kernels = compiled()
+        if kernels is not None:
             n = len(p)  # the kernel writes every element, padding included
             ids = np.empty((n, width), dtype=np.int32)
             bits = np.empty((n, width), dtype=np.int32)
             attention = np.empty((n, width), dtype=np.bool_)
             loss = np.empty((n, width), dtype=np.bool_)
-            kernel(
+            kernels.gather_rows(
                 self.arena,
                 self.prompt_offset,
                 self.completion_offset,
@@ -133,17 +132,16 @@ def scatter_rows(
     prompt_ids = np.ascontiguousarray(prompt_ids, dtype=np.int32)
     completion_ids = np.ascontiguousarray(completion_ids, dtype=np.int32)
     logprob_bits = np.ascontiguousarray(logprobs, dtype=np.float32).view(np.int32)
-    kernel = compiled_kernel()
-    if kernel is not None and _scatter_kernel is not None:
-        _scatter_kernel(block, shares, p_len, c_len, prompt_ids, completion_ids, logprob_bits)
+    kernels = compiled()
+    if kernels is not None:
+        kernels.scatter(block, shares, p_len, c_len, prompt_ids, completion_ids, logprob_bits)
         return
     from llm_replay.rollout import concat_ranges
 
-    own = np.where(shares, 0, p_len).astype(np.int64)  # prompt units each row stores
-    seg_p = np.concatenate(([0], np.cumsum(own + 2 * c_len)[:-1])).astype(np.int64)
-    seg_c = seg_p + own
+    seg_p = exclusive_cumsum(stored_units(shares, p_len, c_len))
+    seg_c = seg_p + np.where(shares, 0, p_len)
     lead = ~shares
-    src_p = np.concatenate(([0], np.cumsum(p_len)[:-1])).astype(np.int64)
+    src_p = exclusive_cumsum(p_len.astype(np.int64))
     block[concat_ranges(seg_p[lead], p_len[lead])] = prompt_ids[
         concat_ranges(src_p[lead], p_len[lead])
     ]
@@ -151,133 +149,11 @@ def scatter_rows(
     block[concat_ranges(seg_c + c_len, c_len)] = logprob_bits
 
 
-BACKENDS = ("auto", "numba", "numpy")
-_backend = os.environ.get("LLM_REPLAY_GATHER", "auto")
-_kernel: Callable[..., None] | None = None
-_scatter_kernel: Callable[..., None] | None = None
-_count_kernel: Callable[..., None] | None = None
-_share_kernel: Callable[..., None] | None = None
-_kernel_failed = False
-
-
-def set_gather_backend(name: str) -> None:
-    """ "auto" (numba when it imports, else numpy), "numba" (required) or "numpy"."""
-    global _backend
-    if name not in BACKENDS:
-        raise ValueError(f"gather backend = {name!r}: choose one of {BACKENDS}")
-    if name == "numba" and _load_kernel() is None:
-        raise ValueError(
-            "gather backend = 'numba': numba is not installed (pip install 'llm-replay[fast]')"
-        )
-    _backend = name
-
-
-def gather_backend() -> str:
-    """The backend `gather` uses now: "numba" or "numpy"."""
-    return "numba" if compiled_kernel() is not None else "numpy"
-
-
-def compiled_kernel() -> Callable[..., None] | None:
-    if _backend == "numpy":
-        return None
-    return _load_kernel()
-
-
-def compiled_share_kernel() -> Callable[..., None] | None:
-    """The compiled `buffer.layout.shares_previous_prompt`, or None for the numpy path."""
-    return _share_kernel if compiled_kernel() is not None else None
-
-
-def _load_kernel() -> Callable[..., None] | None:
-    global _kernel, _scatter_kernel, _count_kernel, _share_kernel, _kernel_failed
-    if _kernel is None and not _kernel_failed:
-        try:
-            import numba
-        except ImportError:
-            _kernel_failed = True
-            return None
-        _kernel = numba.njit(cache=True, nogil=True)(_gather_rows)
-        _scatter_kernel = numba.njit(cache=True, nogil=True)(_scatter)
-        _count_kernel = numba.njit(cache=True, nogil=True)(_count)
-        _share_kernel = numba.njit(cache=True, nogil=True)(_shares)
-    return _kernel
-
-
-def _scatter(
-    block: Any, shares: Any, p_len: Any, c_len: Any, prompts: Any, completions: Any, bits: Any
-) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
-    dst = 0
-    src_p = 0
-    src_c = 0
-    for i in range(len(p_len)):
-        p = p_len[i]
-        c = c_len[i]
-        if not shares[i]:
-            block[dst : dst + p] = prompts[src_p : src_p + p]
-            dst += p
-        block[dst : dst + c] = completions[src_c : src_c + c]
-        block[dst + c : dst + 2 * c] = bits[src_c : src_c + c]
-        dst += 2 * c
-        src_p += p
-        src_c += c
-
-
-def _gather_rows(
-    arena: Any,
-    prompt_offset: Any,
-    completion_offset: Any,
-    prompt_len: Any,
-    completion_len: Any,
-    pad_id: int,
-    ids: Any,
-    bits: Any,
-    attention: Any,
-    loss: Any,
-) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
-    for b in range(len(prompt_offset)):
-        prompt = prompt_offset[b]
-        completion = completion_offset[b]
-        p = prompt_len[b]
-        c = completion_len[b]
-        n = p + c
-        ids[b, :p] = arena[prompt : prompt + p]
-        ids[b, p:n] = arena[completion : completion + c]
-        ids[b, n:] = pad_id
-        attention[b, :n] = True
-        attention[b, n:] = False
-        bits[b, :p] = 0
-        bits[b, p:n] = arena[completion + c : completion + 2 * c]
-        bits[b, n:] = 0
-        loss[b, :p] = False
-        loss[b, p:n] = True
-        loss[b, n:] = False
-
-
-def _shares(
-    group_ids: Any, prompt_len: Any, prompts: Any, shares: Any
-) -> None:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
-    start = 0
-    for i in range(len(prompt_len)):
-        p = prompt_len[i]
-        if i > 0 and group_ids[i] == group_ids[i - 1] and p == prompt_len[i - 1]:
-            same = True
-            for t in range(p):
-                if prompts[start + t] != prompts[start - p + t]:
-                    same = False
-                    break
-            shares[i] = same
-        start += p
-
-
-def _count(counter: Any, slots: Any) -> None:  # pragma: no cover - compiled by numba
-    for slot in slots:
-        counter[slot] += 1
-
-
 def increment(counter: npt.NDArray[np.int32], slots: I64) -> None:
     """counter[slots] += 1, counting a slot that repeats once per occurrence."""
-    if compiled_kernel() is not None and _count_kernel is not None:
-        _count_kernel(counter, slots)
+    kernels = compiled()
+    if kernels is not None:
+        kernels.count(counter, slots)
         return
     ordered = np.sort(slots)
     if len(ordered) < 2 or bool((ordered[1:] != ordered[:-1]).all()):

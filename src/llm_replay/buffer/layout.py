@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.buffer.kernels import compiled
+
 I64 = npt.NDArray[np.int64]
 B = npt.NDArray[np.bool_]
 
@@ -50,11 +52,9 @@ def shares_previous_prompt(group_ids: I64, prompt_len: I64, prompt_ids: npt.Arra
     if n < 2:
         return shares
     p = prompt_len.astype(np.int64)
-    from llm_replay.buffer.gather import compiled_share_kernel
-
-    kernel = compiled_share_kernel()
-    if kernel is not None:
-        kernel(np.asarray(group_ids, dtype=np.int64), p, prompts, shares)
+    kernels = compiled()
+    if kernels is not None:
+        kernels.shares(np.asarray(group_ids, dtype=np.int64), p, prompts, shares)
         return shares
     candidates = np.flatnonzero((group_ids[1:] == group_ids[:-1]) & (p[1:] == p[:-1])) + 1
     if not len(candidates):
