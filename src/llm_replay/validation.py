@@ -95,6 +95,8 @@ def check_token_ids(name: str, values: object, offsets: Offsets | None = None) -
         return np.zeros(0, dtype=np.int32)
     if array.dtype.kind not in "iu":
         raise InvalidRolloutError(name, values, f"token ids must be integers, got {array.dtype}")
+    if array.min() >= 0 and array.max() <= MAX_TOKEN_ID:  # two reductions, no mask: hot path
+        return array.astype(np.int32, copy=False)
     bad = (array < 0) | (array > MAX_TOKEN_ID)
     if bad.any():
         flat = int(np.argmax(bad))
@@ -120,7 +122,10 @@ def check_logprobs(
     with np.errstate(over="ignore"):
         narrow = array.astype(np.float32, copy=False)
     # NaN compares False, so `<= 0` rejects NaN and +inf; -inf (or a float64 that overflows
-    # float32) is caught on the narrowed copy.
+    # float32) is caught on the narrowed copy. The reductions (NaN propagates through both) pass
+    # a clean batch without building the mask.
+    if array.max() <= 0 and np.isfinite(narrow.min()):
+        return narrow
     bad = ~(array <= 0) | ~np.isfinite(narrow)
     if bad.any():
         flat = int(np.argmax(bad))
