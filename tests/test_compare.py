@@ -169,6 +169,47 @@ methods:
     assert "| on_policy | 2 |" in markdown and "Not finished yet (1): uniform/seed-0" in markdown
 
 
+def test_parts_split_the_runs_without_overlap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        f"""
+name: tiny
+out: {tmp_path / "out"}
+archive: {tmp_path / "archive"}
+seeds: [0]
+budget: 1.0
+eval_every: 0.5
+baseline: on_policy
+set: {TINY_SET}
+methods:
+  on_policy: {{config: {ROOT / "configs/on_policy.yaml"}, seeds: [0, 1]}}
+  uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}, set: [replay.capacity=64]}}
+"""
+    )
+    out = tmp_path / "out" / "full"
+    finished = lambda: sorted(  # noqa: E731
+        str(p.parent.relative_to(out)) for p in out.glob("*/seed-*/summary.json")
+    )
+    assert main(["compare", str(path), "--quiet", "--part", "2/2"]) == 0  # no baseline yet
+    assert finished() == ["uniform/seed-0"] and not (out / "summary.json").exists()
+    assert main(["compare", str(path), "--quiet", "--part", "1/2"]) == 0
+    assert finished() == ["on_policy/seed-0", "on_policy/seed-1", "uniform/seed-0"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["experiment"]["unfinished_runs"] == []
+    assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == ["on_policy", "uniform"]
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1/0", "a/b", "2"])
+def test_bad_part_is_refused(text: str) -> None:
+    from llm_replay.compare import parse_part
+
+    with pytest.raises(ConfigError, match="--part"):
+        parse_part(text)
+
+
 def test_method_seeds_must_pair_with_the_baseline(tmp_path: Path) -> None:
     path = write_experiment(tmp_path)
     text = path.read_text().replace(

@@ -128,10 +128,17 @@ def print_comparison(summary: dict[str, Any]) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from llm_replay.compare import load_experiment, run_experiment
+    from llm_replay.compare import load_experiment, parse_part, run_experiment
 
+    part = parse_part(args.part)
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
-    summary = run_experiment(experiment, progress=not args.quiet)
+    summary = run_experiment(experiment, progress=not args.quiet, part=part)
+    if summary is None:
+        console.print(
+            f"part {args.part} done; no {experiment.baseline!r} run is finished yet, so there is "
+            f"nothing to compare: `llm-replay report {args.experiment}` once the other parts end"
+        )
+        return 0
     print_comparison(summary)
     console.print(f"summary: {experiment.out / 'summary.json'}")
     for plot in summary["plots"]:
@@ -353,6 +360,12 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--markdown", action="store_true", help="print a Markdown table")
         if name == "compare":
             cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+            cmd.add_argument(
+                "--part",
+                default="1/1",
+                metavar="I/N",
+                help="run only the I-th of N disjoint shares of the runs (one process per core)",
+            )
         cmd.set_defaults(func=func)
     methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")
     methods.add_argument("--json", action="store_true", help="print the registry as JSON")

@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from llm_replay.analysis import RunCurves, compare_methods
-from llm_replay.archive import ArchiveMismatch, archive_run, restore_run
+from llm_replay.archive import ArchiveMismatch, archive_run, archived_dir, restore_run
 from llm_replay.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
@@ -220,11 +220,32 @@ def check_trl(config: Any) -> None:
         raise ConfigError(str(error)) from None
 
 
-def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str, Any]:
-    """Run every method × seed not yet done, then summarise and plot."""
+def parse_part(text: str) -> tuple[int, int]:
+    """`I/N` (1 <= I <= N) as (I, N): the I-th of N disjoint shares of an experiment's runs."""
+    index, _, count = str(text).partition("/")
+    try:
+        i, n = int(index), int(count)
+    except ValueError:
+        raise ConfigError(f"--part = {text!r}: expected I/N, e.g. 1/2") from None
+    if n < 1 or not 1 <= i <= n:
+        raise ConfigError(f"--part = {text!r}: need 1 <= I <= N")
+    return i, n
+
+
+def run_experiment(
+    experiment: Experiment, *, progress: bool = True, part: tuple[int, int] = (1, 1)
+) -> dict[str, Any] | None:
+    """Run every method × seed not yet done, then summarise and plot what is finished.
+
+    `part=(I, N)` runs only every N-th planned run starting at the I-th, so N processes (one per
+    core, or per machine sharing the archive) split an experiment without running anything
+    twice; each summarises whatever is finished when it ends (None: a part ended before any
+    baseline run was finished, so there is nothing to compare yet)."""
     from llm_replay.training import console, run_training
 
-    configs = [(m, s, run_config(experiment, m, s)) for m, s in experiment.planned()]
+    i, n = part
+    planned = experiment.planned()
+    configs = [(m, s, run_config(experiment, m, s)) for m, s in planned[i - 1 :: n]]
     if experiment.archive is not None:  # refuse a stale archive before anything runs
         for method, seed, config in configs:
             _restore(experiment.archive, config.run_dir, method.name, seed, config)
@@ -236,7 +257,8 @@ def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str
                     config.run_dir, experiment.archive, method.name, seed, protocol_of(config)
                 )
             continue
-        console.rule(f"[bold]{index}/{len(configs)}[/] {method.name} · seed {seed}")
+        share = f" (part {i}/{n} of {len(planned)})" if n > 1 else ""
+        console.rule(f"[bold]{index}/{len(configs)}[/]{share} {method.name} · seed {seed}")
         if method.backend == "trl":
             from llm_replay.integrations.trl.runner import run_trl
 
@@ -245,7 +267,19 @@ def run_experiment(experiment: Experiment, *, progress: bool = True) -> dict[str
             run_training(config, show_progress=progress)
         if experiment.archive is not None:
             archive_run(config.run_dir, experiment.archive, method.name, seed, protocol_of(config))
+    if n > 1 and not any(
+        (experiment.run_dir(m.name, s) / SUMMARY).is_file() or _archived(experiment, m.name, s)
+        for m, s in planned
+        if m.name == experiment.baseline
+    ):
+        return None
     return summarise(experiment)
+
+
+def _archived(experiment: Experiment, method: str, seed: int) -> bool:
+    if experiment.archive is None:
+        return False
+    return (archived_dir(experiment.archive, method, seed) / SUMMARY).is_file()
 
 
 def protocol_of(config: Any) -> dict[str, Any]:
