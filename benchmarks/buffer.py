@@ -9,6 +9,11 @@ hand back learner-ready arrays: right-padded input ids (prompt + completion) [B,
 behaviour log-probs aligned with them [B, T] float32 (0 outside the completion), attention and
 loss masks [B, T] bool, T = the longest rollout in the batch.
 
+`llm-replay-threads` is the same table with the compiled gather spread over every CPU the process
+may use (`set_gather_threads`); the row-gather rate it is read against is single-threaded, so its
+fraction can pass 100%. On a machine whose other cores are busy it measures contention, not the
+kernel.
+
 Peers (TorchRL 0.14, torch 2.13 CPU), each given the layout that suits it best:
 - `torchrl-lazy`: LazyTensorStorage of fixed-width rows (sequences padded to the longest possible
   prompt + completion) + RandomSampler; insert pads the batch, sample trims to the batch maximum.
@@ -54,6 +59,7 @@ SCENARIOS = {
 }
 IMPLEMENTATIONS = (
     "llm-replay",
+    "llm-replay-threads",
     "llm-replay-numpy",
     "torchrl-lazy",
     "torchrl-list",
@@ -62,6 +68,7 @@ IMPLEMENTATIONS = (
 )
 PEER_OF = {
     "llm-replay": ("torchrl-lazy", "torchrl-list"),
+    "llm-replay-threads": ("torchrl-lazy", "torchrl-list"),
     "llm-replay-numpy": ("torchrl-lazy", "torchrl-list"),
     "llm-replay-prioritized": ("numpy-cumsum",),
 }
@@ -251,11 +258,21 @@ class TorchRLList:
         return ids.numpy(), lps.numpy(), attention.numpy(), loss.numpy()
 
 
+def gather_threads_for(name: str) -> int:
+    """`llm-replay-threads` gathers on every CPU this process may use (at most numba's limit)."""
+    if name != "llm-replay-threads":
+        return 1
+    import numba
+
+    return max(1, min(len(os.sched_getaffinity(0)), numba.config.NUMBA_NUM_THREADS))
+
+
 def build(name: str, capacity: int, width: int) -> object:
-    if name in ("llm-replay", "llm-replay-numpy"):
-        from llm_replay.buffer.kernels import set_gather_backend
+    if name in ("llm-replay", "llm-replay-numpy", "llm-replay-threads"):
+        from llm_replay.buffer.kernels import set_gather_backend, set_gather_threads
 
         set_gather_backend("numpy" if name == "llm-replay-numpy" else "auto")
+        set_gather_threads(gather_threads_for(name))
         return LlmReplay(capacity, prioritized=False)
     if name == "llm-replay-prioritized":
         return LlmReplay(capacity, prioritized=True)
@@ -280,12 +297,13 @@ def load_kernels(name: str) -> int:
     """Load (and, the first time, compile) the compiled kernels before the baseline, as the peers'
     imports are: JIT compilation and numba's runtime are a once-per-process cost, not the table's.
     Returns the resident bytes that cost (0 with the numpy backend)."""
-    from llm_replay.buffer.kernels import set_gather_backend
+    from llm_replay.buffer.kernels import set_gather_backend, set_gather_threads
 
     set_gather_backend("numpy" if name == "llm-replay-numpy" else "auto")
     gc.collect()
     before = rss_bytes()
     warm_kernels()
+    set_gather_threads(gather_threads_for(name))  # compiles the threaded kernel, starts its pool
     gc.collect()
     return max(0, rss_bytes() - before)
 
@@ -324,7 +342,7 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
     distinct_payload = 4 * (workload.distinct_prompt_tokens + 2 * workload.completion_tokens)
     extra: dict[str, object] = {}
     if name.startswith("llm-replay"):
-        from llm_replay.buffer.kernels import gather_backend
+        from llm_replay.buffer.kernels import gather_backend, gather_threads
 
         out = impl.sample()  # type: ignore[attr-defined]
         batch_bytes = sum(a.nbytes for a in out)
@@ -332,6 +350,7 @@ def run_one(scenario: str, name: str, scale: float) -> dict[str, object]:
         rate = 1e9 / latencies.mean()
         extra = {
             "gather_backend": gather_backend(),
+            "gather_threads": gather_threads(),
             "jit_runtime_bytes": jit_bytes,
             "batch_bytes": batch_bytes,
             "row_gather_bytes_per_s": bandwidth,
@@ -456,7 +475,8 @@ def print_table(results: list[dict[str, object]]) -> None:
         if "fraction_of_row_gather_bandwidth" in r:
             note += "; " if note else ""
             note += (
-                f"{r['gather_backend']} gather, {100 * r['fraction_of_row_gather_bandwidth']:.0f}% "  # type: ignore[operator]
+                f"{r['gather_backend']} gather on {r.get('gather_threads', 1)} thread(s), "
+                f"{100 * r['fraction_of_row_gather_bandwidth']:.0f}% "  # type: ignore[operator]
                 f"of the machine's row-gather rate ({r['row_gather_bytes_per_s'] / 2**30:.1f} GiB/s)"  # type: ignore[operator]
             )
         print(

@@ -10,7 +10,12 @@ import pytest
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer import gather as gather_module
 from llm_replay.buffer import kernels as kernels_module
-from llm_replay.buffer.kernels import gather_backend, set_gather_backend
+from llm_replay.buffer.kernels import (
+    gather_backend,
+    gather_threads,
+    set_gather_backend,
+    set_gather_threads,
+)
 from llm_replay.rollout import RolloutBatch
 from tests.conftest import make_batch
 
@@ -106,3 +111,51 @@ def test_reuse_counts_count_a_repeated_slot_once_per_draw(backend: str) -> None:
     gather_module.increment(counter, np.array([4, 1, 4, 4, 0], dtype=np.int64))
     gather_module.increment(counter, np.array([2, 3], dtype=np.int64))
     np.testing.assert_array_equal(counter, [1, 1, 1, 1, 3, 0])
+
+
+@pytest.fixture
+def restore_threads() -> Iterator[None]:
+    yield
+    set_gather_threads(1)
+    set_gather_backend("auto")
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_threaded_gather_gives_the_serial_batches() -> None:
+    threads = min(2, numba.config.NUMBA_NUM_THREADS)
+    if threads < 2:
+        pytest.skip("one CPU: numba allows one thread")
+    try:
+        set_gather_threads(threads)
+    except ValueError as error:  # no thread-safe layer (neither OpenMP nor TBB) on this machine
+        pytest.skip(str(error))
+    assert gather_threads() == threads
+    threaded = draws("numba", 3, seed=4)
+    set_gather_threads(1)
+    serial = draws("numba", 3, seed=4)
+    for a, b in zip(threaded, serial, strict=True):
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.usefixtures("restore_threads")
+@pytest.mark.parametrize("bad", [0, -2, 1.5, True, "2"])
+def test_gather_threads_are_checked(bad: object) -> None:
+    with pytest.raises(ValueError, match="gather threads = "):
+        set_gather_threads(bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at most"):
+        set_gather_threads(numba.config.NUMBA_NUM_THREADS + 1)
+    assert gather_threads() == 1
+
+
+@pytest.mark.usefixtures("restore_threads")
+def test_threads_from_the_environment_are_checked_when_a_table_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kernels_module, "_threads_from_env", "lots")
+    with pytest.raises(ValueError, match="LLM_REPLAY_GATHER_THREADS = 'lots'"):
+        ReplayTable(64, seed=0)
+    table = ReplayTable(64, seed=0)  # reported once; the default (1 thread) stays
+    table.insert(make_batch(np.random.default_rng(0), 8))
+    assert table.sample(4).input_ids.shape[0] == 4
+    assert gather_threads() == 1

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.buffer.kernels import compiled
+from llm_replay.buffer.kernels import compiled, gather_rows
 from llm_replay.buffer.layout import exclusive_cumsum, stored_units
 
 I32 = npt.NDArray[np.int32]
@@ -75,14 +75,13 @@ class PinnedRows:
         c = self.completion_len
         lengths = p + c
         width = int(lengths.max()) if len(p) else 0
-        kernels = compiled()
-        if kernels is not None:
+        if compiled() is not None:
             n = len(p)  # the kernel writes every element, padding included
             ids = np.empty((n, width), dtype=np.int32)
             bits = np.empty((n, width), dtype=np.int32)
             attention = np.empty((n, width), dtype=np.bool_)
             loss = np.empty((n, width), dtype=np.bool_)
-            kernels.gather_rows(
+            gather_rows(
                 self.arena,
                 self.prompt_offset,
                 self.completion_offset,

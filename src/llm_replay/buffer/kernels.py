@@ -9,6 +9,13 @@ them all (`gather`, `layout` and `table` use it; it imports nothing of llm_repla
 default, uses the kernels when numba imports; "numba" requires them. The kernels are written in
 plain Python below and compiled on first use (cached on disk by numba); tests check each against
 its numpy path.
+
+`set_gather_threads(n)` (or `LLM_REPLAY_GATHER_THREADS=n`) spreads the padded gather's rows over
+n threads (numba `prange`): a batch's rows are random reads, bound by memory latency, and threads
+overlap them (1.9× on two idle cores here). It is off by default because those threads compete
+with the learner's own (torch's intra-op threads) and because only a thread-safe numba threading
+layer (OpenMP or TBB) may serve calls from several Python threads at once; it is refused on
+numba's `workqueue` layer.
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 BACKENDS = ("auto", "numba", "numpy")
 
@@ -32,6 +41,10 @@ class Kernels:
 _backend = os.environ.get("LLM_REPLAY_GATHER", "auto")
 _kernels: Kernels | None = None
 _kernel_failed = False
+_threads = 1
+_threads_from_env: str | None = os.environ.get("LLM_REPLAY_GATHER_THREADS")
+_parallel_gather: Callable[..., int] | None = None
+prange = range  # numba.prange once numba is loaded (the kernels name it as a global)
 
 
 def set_gather_backend(name: str) -> None:
@@ -51,6 +64,70 @@ def gather_backend() -> str:
     return "numba" if compiled() is not None else "numpy"
 
 
+def set_gather_threads(n: int) -> None:
+    """Threads for the compiled padded gather (1: the serial kernel, the default)."""
+    global _threads, _parallel_gather
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"gather threads = {n!r}: must be an integer >= 1")
+    if n > 1:
+        if _load() is None:
+            raise ValueError(f"gather threads = {n}: needs numba (pip install 'llm-replay[fast]')")
+        import numba
+
+        limit = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+        if n > limit:
+            raise ValueError(
+                f"gather threads = {n}: numba may use at most {limit} "
+                "here (NUMBA_NUM_THREADS, the CPUs this process may run on)"
+            )
+        kernel = _parallel_gather or numba.njit(cache=True, nogil=True, parallel=True)(
+            _gather_rows_parallel
+        )
+        offsets, lengths = np.zeros(1, np.int64), np.zeros(1, np.int32)
+        tokens, masks = np.zeros((1, 0), np.int32), np.zeros((1, 0), np.bool_)
+        # one empty row with the real call's types: compiles, and starts numba's threading
+        # layer so that it can be checked
+        kernel(lengths, offsets, offsets, lengths, lengths, 0, tokens, tokens, masks, masks)
+        layer = numba.threading_layer()  # type: ignore[attr-defined]
+        if layer not in ("omp", "tbb"):
+            raise ValueError(
+                f"gather threads = {n}: numba's {layer!r} threading layer cannot serve calls "
+                "from several threads at once; install tbb (pip install tbb) or use 1"
+            )
+        _parallel_gather = kernel
+    _threads = n
+
+
+def apply_thread_environment() -> None:
+    """Take `LLM_REPLAY_GATHER_THREADS` into account (once; tables call this when created)."""
+    global _threads_from_env
+    if _threads_from_env is None:
+        return
+    requested, _threads_from_env = _threads_from_env, None
+    try:
+        set_gather_threads(int(requested))
+    except ValueError as error:
+        raise ValueError(f"LLM_REPLAY_GATHER_THREADS = {requested!r}: {error}") from None
+
+
+def gather_threads() -> int:
+    """Threads the compiled gather uses now (1 with the numpy backend)."""
+    return _threads if compiled() is not None else 1
+
+
+def gather_rows(*args: Any) -> None:
+    """The compiled padded gather (see `buffer.gather.PinnedRows.gather`) on the chosen threads."""
+    kernels = compiled()
+    assert kernels is not None, "gather_rows needs the compiled backend"
+    if _threads > 1 and _parallel_gather is not None:
+        import numba
+
+        numba.set_num_threads(_threads)
+        _parallel_gather(*args)
+    else:
+        kernels.gather_rows(*args)
+
+
 def compiled() -> Kernels | None:
     """The compiled kernels, or None where the numpy paths are to be used."""
     if _backend == "numpy":
@@ -66,7 +143,10 @@ def _load() -> Kernels | None:
         except ImportError:
             _kernel_failed = True
             return None
+        global _copy_row, prange
         jit = numba.njit(cache=True, nogil=True)
+        _copy_row = jit(_copy_row)  # the gathers call it by its global name
+        prange = numba.prange
         _kernels = Kernels(
             gather_rows=jit(_gather_rows),
             scatter=jit(_scatter),
@@ -99,23 +179,80 @@ def _gather_rows(
         touched += arena[min(prompt_offset[b], last)] + arena[min(completion, last)]
         touched += arena[min(completion + completion_len[b], last)]
     for b in range(n_rows):
-        prompt = prompt_offset[b]
-        completion = completion_offset[b]
-        p = prompt_len[b]
-        c = completion_len[b]
-        n = p + c
-        ids[b, :p] = arena[prompt : prompt + p]
-        ids[b, p:n] = arena[completion : completion + c]
-        ids[b, n:] = pad_id
-        attention[b, :n] = True
-        attention[b, n:] = False
-        bits[b, :p] = 0
-        bits[b, p:n] = arena[completion + c : completion + 2 * c]
-        bits[b, n:] = 0
-        loss[b, :p] = False
-        loss[b, p:n] = True
-        loss[b, n:] = False
+        _copy_row(
+            arena,
+            prompt_offset,
+            completion_offset,
+            prompt_len,
+            completion_len,
+            pad_id,
+            ids,
+            bits,
+            attention,
+            loss,
+            b,
+        )
     return touched
+
+
+def _gather_rows_parallel(
+    arena: Any,
+    prompt_offset: Any,
+    completion_offset: Any,
+    prompt_len: Any,
+    completion_len: Any,
+    pad_id: int,
+    ids: Any,
+    bits: Any,
+    attention: Any,
+    loss: Any,
+) -> int:  # pragma: no cover - compiled by numba; checked against the numpy path in the tests
+    for b in prange(len(prompt_offset)):  # threads overlap the misses; no touching pass
+        _copy_row(
+            arena,
+            prompt_offset,
+            completion_offset,
+            prompt_len,
+            completion_len,
+            pad_id,
+            ids,
+            bits,
+            attention,
+            loss,
+            b,
+        )
+    return 0
+
+
+def _copy_row(
+    arena: Any,
+    prompt_offset: Any,
+    completion_offset: Any,
+    prompt_len: Any,
+    completion_len: Any,
+    pad_id: int,
+    ids: Any,
+    bits: Any,
+    attention: Any,
+    loss: Any,
+    b: int,
+) -> None:  # pragma: no cover - compiled by numba
+    prompt = prompt_offset[b]
+    completion = completion_offset[b]
+    p = prompt_len[b]
+    c = completion_len[b]
+    n = p + c
+    ids[b, :p] = arena[prompt : prompt + p]
+    ids[b, p:n] = arena[completion : completion + c]
+    ids[b, n:] = pad_id
+    attention[b, :n] = True
+    attention[b, n:] = False
+    bits[b, :p] = 0
+    bits[b, p:n] = arena[completion + c : completion + 2 * c]
+    bits[b, n:] = 0
+    loss[b, :p] = False
+    loss[b, p:n] = True
+    loss[b, n:] = False
 
 
 def _scatter(

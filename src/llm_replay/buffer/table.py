@@ -42,6 +42,7 @@ from llm_replay.buffer.checkpoint import CheckpointError, read_checkpoint_dir, w
 from llm_replay.buffer.durable import Journaled, OperationLog
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.gather import PinnedRows, increment
+from llm_replay.buffer.kernels import apply_thread_environment
 from llm_replay.buffer.presets import TablePresets
 from llm_replay.buffer.rate_limit import MinSize, RateLimiter, RateLimiterTimeout, TableClosed
 from llm_replay.buffer.sample import Sample
@@ -105,6 +106,7 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
             raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
         self.name = str(name)
         self.seed = int(seed)
+        apply_thread_environment()  # a bad LLM_REPLAY_GATHER_THREADS fails here, not mid-sample
         arena = None if arena_dir is None else DiskArena(arena_dir, resident_budget=resident_budget)
         self.storage = RolloutStorage(
             max_rollouts, max_tokens=max_tokens, max_bytes=max_bytes, arena=arena
