@@ -109,6 +109,7 @@ def test_a_killed_worker_is_restarted_and_the_table_loses_nothing(tmp_path: Path
     assert [h.restarts for h in health] == [int(i == killed[0]) for i in range(2)]
 
 
+@pytest.mark.slow  # 70 s; the two-shard fault test below resumes a Ray run in `make test`
 def test_ray_run_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     base = ["runtime=ray", "log.checkpoint_every=1", "replay.capacity=100000", *RAY_CPUS]
     first = tiny_config(UNIFORM, tmp_path, "train.iterations=2", *base)
@@ -137,6 +138,7 @@ def test_user_errors_under_ray_are_one_line_and_release_the_actors(tmp_path: Pat
     assert _wait_until_dead(trainer.table, "stats")
 
 
+@pytest.mark.slow  # 75 s
 def test_a_rounds_method_runs_and_resumes_on_ray(tmp_path: Path) -> None:
     """Fresh-anchored prioritized replay: the learner actor composes each delivered round."""
     preset = ROOT / "configs/replay_prioritized.yaml"
