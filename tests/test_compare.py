@@ -105,11 +105,8 @@ def test_compare_then_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert (out / "uniform" / "seed-1" / "summary.json").stat().st_mtime == before
 
 
-def test_method_seeds_archive_and_partial_reports(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.chdir(ROOT)
-    archive = tmp_path / "archive"
+def write_archived_experiment(tmp_path: Path, archive: Path) -> Path:
+    """Three runs with an archive: on-policy seeds 0 and 1, uniform seed 0."""
     path = tmp_path / "exp.yaml"
     path.write_text(
         f"""
@@ -126,6 +123,15 @@ methods:
   uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}, set: [replay.capacity=64]}}
 """
     )
+    return path
+
+
+def test_method_seeds_archive_and_partial_reports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    archive = tmp_path / "archive"
+    path = write_archived_experiment(tmp_path, archive)
     experiment = load_experiment(path)
     assert [(m.name, s) for m, s in experiment.planned()] == [
         ("on_policy", 0),
@@ -173,22 +179,7 @@ def test_parts_split_the_runs_without_overlap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(ROOT)
-    path = tmp_path / "exp.yaml"
-    path.write_text(
-        f"""
-name: tiny
-out: {tmp_path / "out"}
-archive: {tmp_path / "archive"}
-seeds: [0]
-budget: 1.0
-eval_every: 0.5
-baseline: on_policy
-set: {TINY_SET}
-methods:
-  on_policy: {{config: {ROOT / "configs/on_policy.yaml"}, seeds: [0, 1]}}
-  uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}, set: [replay.capacity=64]}}
-"""
-    )
+    path = write_archived_experiment(tmp_path, tmp_path / "archive")
     out = tmp_path / "out" / "full"
     finished = lambda: sorted(  # noqa: E731
         str(p.parent.relative_to(out)) for p in out.glob("*/seed-*/summary.json")
