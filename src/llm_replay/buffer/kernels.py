@@ -12,10 +12,10 @@ its numpy path.
 
 `set_gather_threads(n)` (or `LLM_REPLAY_GATHER_THREADS=n`) spreads the padded gather's rows over
 n threads (numba `prange`): a batch's rows are random reads, bound by memory latency, and threads
-overlap them (1.2× on a sample's median latency on two idle cores here). It is off by default because those threads compete
-with the learner's own (torch's intra-op threads) and because only a thread-safe numba threading
-layer (OpenMP or TBB) may serve calls from several Python threads at once; it is refused on
-numba's `workqueue` layer.
+overlap them (1.2× on a sample's median latency on two idle cores here). It is off by default
+because those threads compete with the learner's own (torch's intra-op threads) and because only
+a thread-safe numba threading layer (OpenMP or TBB) may serve calls from several Python threads at
+once; it is refused on numba's `workqueue` layer.
 """
 
 from __future__ import annotations
