@@ -64,6 +64,10 @@ def test_paired_ratios_on_each_basis(tmp_path: Path) -> None:
     assert ratios["mu_5"] == pytest.approx((50 * 5 + 200) / (100 * 5 + 100))
     assert ratios["mu_0.5"] == pytest.approx((50 * 0.5 + 200) / (100 * 0.5 + 100))
     assert ratios["rollouts"] == pytest.approx(1.0)
+    assert summary["methods"]["replay"]["reuse"]["median"] == pytest.approx(200 / 50)
+    assert summary["methods"]["base"]["reuse"]["median"] == pytest.approx(1.0)
+    # the bases are linked through reuse: mu ratio = generated-token ratio x (mu + y) / (mu + y_base)
+    assert ratios["mu_5"] == pytest.approx((50 / 100) * (5 + 4.0) / (5 + 1.0))
     assert summary["methods"]["slow"]["compute_to_target_ratio"]["mu_5"] is None
     assert summary["methods"]["slow"]["never_reached_seeds"]["mu_5"] == 3
     with pytest.raises(ValueError, match="baseline = 'nope'"):

@@ -85,6 +85,19 @@ class RunCurves:
         slope = np.polyfit(x[tail] / x[-1], 100.0 * self.smoothed[tail], 1)[0]
         return float(slope / 10.0)
 
+    @property
+    def reuse(self) -> float:
+        """Completion tokens trained on per completion token generated, over the whole run: the
+        replay ratio y on the token basis (1 for on-policy GRPO; NaN before anything was generated).
+
+        It links the bases: a method's cost ratio on the μ basis is its ratio of generated tokens
+        × (μ + y) / (μ + y_baseline), and the ratio of generated tokens is the rollouts ratio when
+        completions are as long as the baseline's."""
+        last = self.records[-1]
+        generated = float(last.get("compute/tokens_generated") or 0.0)
+        trained = float(last.get("compute/completion_tokens_trained") or 0.0)
+        return trained / generated if generated > 0 else float("nan")
+
     def mean_train(self, key: str) -> float | None:
         values = [float(r[key]) for r in self.train_records if r.get(key) is not None]
         return float(np.mean(values)) if values else None
@@ -162,7 +175,8 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
 def compare_methods(
     runs: dict[str, list[RunCurves]], *, baseline: str, bases: Sequence[str]
 ) -> dict[str, Any]:
-    """Per method: accuracy, pass@k, entropy, μ, age, and compute to reach the baseline's final accuracy.
+    """Per method: accuracy, pass@k, entropy, μ, age, reuse, and compute to reach the baseline's
+    final accuracy.
 
     Seeds are paired: seed s of a method is measured against seed s of the baseline (same prompt
     order and sampling stream), so the baseline must have run every seed a method has; methods may
@@ -203,6 +217,7 @@ def compare_methods(
             "entropy": spread([f.get("eval/entropy", np.nan) for f in finals]),
             "mu_measured": median_or_none([c.records[-1].get("compute/mu") for c in curves]),
             "mean_sampled_age": median_or_none([c.mean_train("train/age_mean") for c in curves]),
+            "reuse": spread([c.reuse for c in curves]),
             "gradient_steps": spread([float(c.steps[-1]) for c in curves]),
             "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},

@@ -95,15 +95,16 @@ def _ratio_cell(ratio: float | None, interval: list[float | None] | None) -> str
 
 def print_comparison(summary: dict[str, Any]) -> None:
     """Per method: seeds, final accuracy (median, min–max), pass@8, entropy, the slope of the last
-    20% of the run (points per tenth of the budget), μ, sampled age, and the ratios with their
-    bootstrap 95% intervals."""
+    20% of the run (points per tenth of the budget), μ, sampled age, reuse y (completion tokens
+    trained per token generated), and the ratios with their bootstrap 95% intervals."""
     bases = summary["experiment"]["bases"]
     table = Table(
         title=f"{summary['experiment']['name']}: compute to reach the baseline's final accuracy "
         f"({100 * summary['target_accuracy']:.1f}%), ÷ baseline"
     )
     table.add_column("method")
-    for column in ("seeds", "final acc", "pass@8", "entropy", "tail slope", "μ", "age", *bases):
+    columns = ("seeds", "final acc", "pass@8", "entropy", "tail slope", "μ", "age", "y")
+    for column in (*columns, *bases):
         table.add_column(column, justify="right")
     for name, m in summary["methods"].items():
         ratios = m["compute_to_target_ratio"]
@@ -119,6 +120,7 @@ def print_comparison(summary: dict[str, Any]) -> None:
             "—" if slope is None else f"{slope:+.2f}",
             "—" if m["mu_measured"] is None else f"{m['mu_measured']:.2f}",
             "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
+            _reuse_cell(m),
             *(
                 _ratio_cell(ratios[b], m.get("compute_to_target_ratio_ci95", {}).get(b))
                 for b in bases
@@ -160,6 +162,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reuse_cell(method: dict[str, Any]) -> str:
+    """y, completion tokens trained per token generated (median over seeds); summaries written
+    before it was measured have none."""
+    reuse = method.get("reuse", {}).get("median")
+    return "—" if reuse is None or reuse != reuse else f"{reuse:.2f}"
+
+
 def _percent_cell(spread: dict[str, Any]) -> str:
     text = f"{100 * spread['median']:.0f}%"
     interval = spread.get("ci95")
@@ -172,7 +181,7 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
     """The comparison as a Markdown table (what docs/RESULTS.md shows), same cells as the
     terminal table; the unfinished runs are listed under it."""
     bases = summary["experiment"]["bases"]
-    head = ["method", "seeds", "final acc (min–max)", "pass@8", "entropy", "tail slope", "age"]
+    head = ["method", "seeds", "final acc (min–max)", "pass@8", "entropy", "tail slope", "age", "y"]
     lines = ["| " + " | ".join([*head, *(f"ratio {b}" for b in bases)]) + " |"]
     lines.append("|" + "---|" * (len(head) + len(bases)))
     for name, m in summary["methods"].items():
@@ -187,6 +196,7 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
             f"{m['entropy']['median']:.3f}",
             "—" if slope is None else f"{slope:+.2f}",
             "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
+            _reuse_cell(m),
             *(
                 _ratio_cell(
                     m["compute_to_target_ratio"][b],
