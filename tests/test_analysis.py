@@ -82,3 +82,17 @@ def test_median_interval_is_a_bootstrap_interval_of_the_median() -> None:
     low, high = median_interval([0.4, 0.5, 0.6, 0.45, 0.55])  # type: ignore[misc]
     assert low is not None and high is not None and 0.4 <= low < 0.5 < high <= 0.6
     assert median_interval([0.4, None, 0.5])[1] is None  # type: ignore[index]  # never reached
+
+
+def test_saturation_fit_tells_a_plateau_from_a_climb(tmp_path: Path) -> None:
+    import numpy as np
+
+    share = np.linspace(0.0, 1.0, 21)
+    plateau = 0.6 - 0.4 * np.exp(-share / 0.25)  # a = 0.6, b = 0.2, τ = a quarter of the run
+    fit = fake_run(tmp_path / "p", list(plateau), 1.0, 100, 100).saturation("mu_5")
+    assert fit is not None
+    assert fit["asymptote"] == pytest.approx(0.6, abs=1e-3)
+    assert fit["rise_done"] == pytest.approx(1 - np.exp(-4.0), abs=1e-3)
+    climb = fake_run(tmp_path / "c", list(0.1 + 0.4 * share), 1.0, 100, 100).saturation("mu_5")
+    assert climb is not None and climb["rise_done"] < 0.5  # a straight line is far from a plateau
+    assert fake_run(tmp_path / "s", [0.1, 0.2, 0.3], 1.0, 100, 100).saturation("mu_5") is None

@@ -85,6 +85,35 @@ class RunCurves:
         slope = np.polyfit(x[tail] / x[-1], 100.0 * self.smoothed[tail], 1)[0]
         return float(slope / 10.0)
 
+    def saturation(self, basis: str) -> dict[str, float] | None:
+        """Fit accuracy(x) = a − (a − b)·exp(−x / τ) to the evaluations on `basis` and return the
+        asymptote a and `rise_done`, 1 − exp(−X / τ): the share of the fitted rise reached by
+        the run's last compute X. A near-1 `rise_done` says the run ended on its plateau, which
+        the tail slope (a straight line through a few noisy evaluations) cannot say alone. None
+        with fewer than five evaluations or when the fit does not converge."""
+        x = self.compute(basis)
+        y = self.accuracy
+        if len(x) < 5 or x[-1] <= 0 or not np.isfinite(y).all():
+            return None
+        from scipy.optimize import curve_fit
+
+        def model(u: np.ndarray, a: float, b: float, tau: float) -> np.ndarray:
+            return a - (a - b) * np.exp(-u / tau)
+
+        scale = float(x[-1])
+        try:
+            (a, _, tau), _ = curve_fit(
+                model,
+                x / scale,
+                y,
+                p0=(float(y[-3:].mean()), float(y[0]), 0.3),
+                bounds=((0.0, 0.0, 1e-3), (1.0, 1.0, 100.0)),
+                maxfev=20_000,
+            )
+        except (RuntimeError, ValueError):
+            return None
+        return {"asymptote": float(a), "rise_done": float(1.0 - np.exp(-1.0 / tau))}
+
     @property
     def reuse(self) -> float:
         """Completion tokens trained on per completion token generated, over the whole run: the
@@ -220,6 +249,7 @@ def compare_methods(
             "reuse": spread([c.reuse for c in curves]),
             "gradient_steps": spread([float(c.steps[-1]) for c in curves]),
             "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
+            "saturation_mu_5": _saturation([c.saturation("mu_5") for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
             "compute_to_target_ratio": ratio,
             "compute_to_target_ratio_ci95": {b: median_interval(per_seed[b]) for b in bases},
@@ -232,6 +262,18 @@ def compare_methods(
         "target_accuracy_per_seed": [float(t) for t in target_of.values()],
         "baseline_compute": {b: median_or_none(list(v.values())) for b, v in cost_of.items()},
         "methods": methods,
+    }
+
+
+def _saturation(fits: Sequence[dict[str, float] | None]) -> dict[str, Any] | None:
+    """Median over seeds of each fitted field; None when no seed's fit converged."""
+    done = [f for f in fits if f is not None]
+    if not done:
+        return None
+    return {
+        "asymptote": float(np.median([f["asymptote"] for f in done])),
+        "rise_done": float(np.median([f["rise_done"] for f in done])),
+        "fitted_seeds": len(done),
     }
 
 

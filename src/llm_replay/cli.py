@@ -95,16 +95,17 @@ def _ratio_cell(ratio: float | None, interval: list[float | None] | None) -> str
 
 def print_comparison(summary: dict[str, Any]) -> None:
     """Per method: seeds, final accuracy (median, min–max), pass@8, entropy, the slope of the last
-    20% of the run (points per tenth of the budget), μ, sampled age, reuse y (completion tokens
-    trained per token generated), and the ratios with their bootstrap 95% intervals."""
+    20% of the run (points per tenth of the budget), the plateau fit (share of a fitted
+    exponential rise reached by the end → its asymptote), μ, sampled age, reuse y (completion
+    tokens trained per token generated), and the ratios with their bootstrap 95% intervals."""
     bases = summary["experiment"]["bases"]
     table = Table(
         title=f"{summary['experiment']['name']}: compute to reach the baseline's final accuracy "
         f"({100 * summary['target_accuracy']:.1f}%), ÷ baseline"
     )
     table.add_column("method")
-    columns = ("seeds", "final acc", "pass@8", "entropy", "tail slope", "μ", "age", "y")
-    for column in (*columns, *bases):
+    columns = ["seeds", "final acc", "pass@8", "entropy", "tail slope", "plateau fit", "μ"]
+    for column in (*columns, "age", "y", *bases):
         table.add_column(column, justify="right")
     for name, m in summary["methods"].items():
         ratios = m["compute_to_target_ratio"]
@@ -118,6 +119,7 @@ def print_comparison(summary: dict[str, Any]) -> None:
             "—" if pass8 is None else f"{100 * pass8:.0f}%",
             f"{m['entropy']['median']:.3f}",
             "—" if slope is None else f"{slope:+.2f}",
+            _saturation_cell(m),
             "—" if m["mu_measured"] is None else f"{m['mu_measured']:.2f}",
             "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
             _reuse_cell(m),
@@ -162,6 +164,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _saturation_cell(method: dict[str, Any]) -> str:
+    """ "97% → 61.2%": the share of the fitted exponential rise reached by the end of the budget,
+    and the fitted asymptote (medians over seeds)."""
+    fit = method.get("saturation_mu_5")
+    if not fit:
+        return "—"
+    return f"{100 * fit['rise_done']:.0f}% → {100 * fit['asymptote']:.1f}%"
+
+
 def _reuse_cell(method: dict[str, Any]) -> str:
     """y, completion tokens trained per token generated (median over seeds); summaries written
     before it was measured have none."""
@@ -181,7 +192,8 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
     """The comparison as a Markdown table (what docs/RESULTS.md shows), same cells as the
     terminal table; the unfinished runs are listed under it."""
     bases = summary["experiment"]["bases"]
-    head = ["method", "seeds", "final acc (min–max)", "pass@8", "entropy", "tail slope", "age", "y"]
+    head = ["method", "seeds", "final acc (min–max)", "pass@8", "entropy", "tail slope"]
+    head += ["plateau fit", "age", "y"]
     lines = ["| " + " | ".join([*head, *(f"ratio {b}" for b in bases)]) + " |"]
     lines.append("|" + "---|" * (len(head) + len(bases)))
     for name, m in summary["methods"].items():
@@ -195,6 +207,7 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
             "—" if not pass8 else _percent_cell(pass8),
             f"{m['entropy']['median']:.3f}",
             "—" if slope is None else f"{slope:+.2f}",
+            _saturation_cell(m),
             "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
             _reuse_cell(m),
             *(
