@@ -96,3 +96,26 @@ def test_saturation_fit_tells_a_plateau_from_a_climb(tmp_path: Path) -> None:
     climb = fake_run(tmp_path / "c", list(0.1 + 0.4 * share), 1.0, 100, 100).saturation("mu_5")
     assert climb is not None and climb["rise_done"] < 0.5  # a straight line is far from a plateau
     assert fake_run(tmp_path / "s", [0.1, 0.2, 0.3], 1.0, 100, 100).saturation("mu_5") is None
+
+
+def test_zero_variance_share_is_the_run_mean_then_the_seed_median(tmp_path: Path) -> None:
+    def run(name: str, shares: list[float] | None) -> RunCurves:
+        logger = MetricsLogger(tmp_path / name)
+        for i, share in enumerate(shares or [0.0, 0.0]):
+            train = {"kind": "train", "iteration": i, "steps": i}
+            if shares is not None:
+                train["reward/zero_variance_groups"] = share
+            logger.log(train)
+            logger.log({
+                "kind": "eval", "iteration": i, "steps": i, "eval/accuracy": 0.1 * i,
+                "compute/seconds": float(i), "compute/rollouts_generated": 10 * i,
+                "compute/tokens_generated": 10 * i, "compute/completion_tokens_trained": 10 * i,
+            })  # fmt: skip
+        logger.close()
+        return RunCurves.load(tmp_path / name)
+
+    runs = {"base": [run("a", [0.5, 0.3]), run("b", [0.9, 0.7]), run("c", [0.2, 0.0])]}
+    runs["old"] = [run("d", None)]  # a log from before the metric existed
+    summary = compare_methods(runs, baseline="base", bases=["rollouts"])
+    assert summary["methods"]["base"]["zero_variance_groups"] == pytest.approx(0.4)
+    assert summary["methods"]["old"]["zero_variance_groups"] is None

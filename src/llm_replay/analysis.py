@@ -204,8 +204,8 @@ def _ratio(value: float | None, reference: float | None) -> float | None:
 def compare_methods(
     runs: dict[str, list[RunCurves]], *, baseline: str, bases: Sequence[str]
 ) -> dict[str, Any]:
-    """Per method: accuracy, pass@k, entropy, μ, age, reuse, and compute to reach the baseline's
-    final accuracy.
+    """Per method: accuracy, pass@k, entropy, μ, age, reuse, the share of generated groups whose
+    rewards were all equal (no GRPO signal), and compute to reach the baseline's final accuracy.
 
     Seeds are paired: seed s of a method is measured against seed s of the baseline (same prompt
     order and sampling stream), so the baseline must have run every seed a method has; methods may
@@ -247,6 +247,9 @@ def compare_methods(
             "mu_measured": median_or_none([c.records[-1].get("compute/mu") for c in curves]),
             "mean_sampled_age": median_or_none([c.mean_train("train/age_mean") for c in curves]),
             "reuse": spread([c.reuse for c in curves]),
+            "zero_variance_groups": median_or_none(
+                [c.mean_train("reward/zero_variance_groups") for c in curves]
+            ),
             "gradient_steps": spread([float(c.steps[-1]) for c in curves]),
             "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
             "saturation_mu_5": _saturation([c.saturation("mu_5") for c in curves]),

@@ -4,7 +4,10 @@ A long comparison runs over several sessions and machines. `archive_run` copies 
 `summary.json` and a gzipped `metrics.jsonl` holding every evaluation record and, of the training
 records, only the keys the summaries and plots read (`TRAIN_KEYS`): tens of KB per run instead of
 a megabyte. `restore_run` writes them back into an empty run directory, so `compare` counts the run
-as done and `report` redraws from it. Archives hold JSON only, written atomically.
+as done and `report` redraws from it. Archives hold JSON only, written atomically. When a key
+joins `TRAIN_KEYS`, archiving again from a machine that still has the full log brings the
+archived run up to date; an archived run whose summary differs from the local one is another run
+and is never overwritten.
 
 An archived run also keeps its *protocol* (`protocol.json`: the run's resolved config less its
 logging section), and a restore refuses a run whose protocol differs from what the experiment
@@ -45,6 +48,8 @@ TRAIN_KEYS = (
     "loss/clip_fraction",
     "generation/entropy",
     "compute/mu",
+    "reward/mean",
+    "reward/zero_variance_groups",
 )
 
 
@@ -89,21 +94,52 @@ def protocol_differences(archived: dict[str, Any], current: dict[str, Any]) -> l
 def archive_run(
     run_dir: Path, archive: Path, method: str, seed: int, protocol: dict[str, Any] | None = None
 ) -> Path | None:
-    """Copy a finished run (its summary exists) into the archive, unless it is there already."""
+    """Copy a finished run (its summary exists) into the archive; None if nothing was written.
+
+    A run archived already is rewritten only to add keys: when its summary is the local one's and
+    the local log, compacted, holds every archived record with more keys (`TRAIN_KEYS` has grown
+    and this machine still has the full log). A different run archived under the same method and
+    seed, or a local run restored from an older archive, never overwrites what is there."""
     run_dir = Path(run_dir)
     target = archived_dir(archive, method, seed)
-    if not (run_dir / SUMMARY_FILE).is_file() or (target / SUMMARY_FILE).is_file():
+    if not (run_dir / SUMMARY_FILE).is_file():
         return None
-    lines = "".join(
-        json.dumps(r, sort_keys=True) + "\n" for r in compact_records(read_log(run_dir))
-    )
+    summary = (run_dir / SUMMARY_FILE).read_bytes()
+    records = compact_records(read_log(run_dir))
+    lines = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    metrics = gzip.compress(lines.encode(), mtime=0)
+    if (target / SUMMARY_FILE).is_file():
+        if (target / SUMMARY_FILE).read_bytes() != summary or not _adds_keys(
+            target / ARCHIVED_METRICS, records
+        ):
+            return None
+        _atomic_write(target / ARCHIVED_METRICS, metrics)
+        return target
     target.mkdir(parents=True, exist_ok=True)
-    _atomic_write(target / ARCHIVED_METRICS, gzip.compress(lines.encode(), mtime=0))
+    _atomic_write(target / ARCHIVED_METRICS, metrics)
     if protocol is not None:
         text = json.dumps(protocol, sort_keys=True, indent=1) + "\n"
         _atomic_write(target / PROTOCOL_FILE, text.encode())
-    _atomic_write(target / SUMMARY_FILE, (run_dir / SUMMARY_FILE).read_bytes())
+    _atomic_write(target / SUMMARY_FILE, summary)
     return target
+
+
+def _adds_keys(archived: Path, records: list[dict[str, Any]]) -> bool:
+    """True if `records` are the archived records, each with the same values, and some with more."""
+    if not archived.is_file():
+        return True
+    text = gzip.decompress(archived.read_bytes()).decode()
+    old = [json.loads(line) for line in text.splitlines() if line.strip()]
+    if len(old) != len(records):
+        return False
+    for o, new in zip(old, records, strict=True):
+        if o.keys() - new.keys() or _dump({k: new[k] for k in o}) != _dump(o):  # NaN-safe
+            return False
+    return any(len(new) > len(o) for o, new in zip(old, records, strict=True))
+
+
+def _dump(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True)
 
 
 def restore_run(
