@@ -338,3 +338,116 @@ def test_an_archive_made_under_another_protocol_is_refused(tmp_path: Path) -> No
     later["train"]["compute_budget"] = 4.5e6
     assert restore_run(archive, tmp_path / "elsewhere", "on_policy", 0, later)
     assert (tmp_path / "elsewhere" / "summary.json").is_file()
+
+
+def write_extended_experiment(tmp_path: Path) -> Path:
+    """On-policy at a rollouts budget, the same run to twice the budget by continuing it, and
+    twice the budget from scratch: the continued run must log what the one from scratch does."""
+    path = tmp_path / "exp.yaml"
+    on_policy = ROOT / "configs/on_policy.yaml"
+    path.write_text(
+        f"""
+name: tiny
+out: {tmp_path / "out"}
+seeds: [0]
+budget: 32
+budget_basis: rollouts
+eval_every: 16
+baseline: on_policy
+set: {TINY_SET}
+methods:
+  on_policy:      {{config: {on_policy}}}
+  on_policy_long: {{config: {on_policy}, budget: 64, extends: on_policy}}
+  from_scratch:   {{config: {on_policy}, budget: 64}}
+quick:
+  budget: 16
+"""
+    )
+    return path
+
+
+def test_an_extended_method_continues_the_finished_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import llm_replay.training as training
+
+    monkeypatch.chdir(ROOT)
+    path = write_extended_experiment(tmp_path)
+    resumed: list[tuple[str, bool]] = []
+    real = training.run_training
+
+    def spy(config: object, **kwargs: object) -> object:
+        resumed.append((config.name, bool(kwargs.get("resume"))))  # type: ignore[attr-defined]
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(training, "run_training", spy)
+    assert main(["compare", str(path), "--quiet", "--methods", "on_policy_long"]) == 0
+    assert resumed == [("on_policy_long", False)]  # nothing to continue yet: from scratch
+    out = tmp_path / "out" / "full"
+    (out / "on_policy_long").rename(tmp_path / "first_long")
+    assert not (out / "summary.json").exists()  # no baseline run yet: nothing compared
+
+    resumed.clear()
+    assert main(["compare", str(path), "--quiet"]) == 0
+    assert resumed == [("on_policy", False), ("on_policy_long", True), ("from_scratch", False)]
+
+    def trace(run: Path) -> list[tuple[object, ...]]:
+        keys = ("kind", "iteration", "steps", "eval/accuracy", "loss/policy", "reward/mean")
+        keys += ("compute/rollouts_generated", "compute/tokens_generated")
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        return [tuple(json.loads(line).get(k) for k in keys) for line in lines]
+
+    continued = trace(out / "on_policy_long" / "seed-0")
+    assert continued == trace(out / "from_scratch" / "seed-0")
+    assert continued == trace(tmp_path / "first_long" / "seed-0")
+    assert len(continued) > len(trace(out / "on_policy" / "seed-0"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["methods"]["on_policy_long"]["compute_to_target_ratio"]["rollouts"] == 1.0
+
+    # read against the longer baseline: its final accuracy is the target
+    capsys.readouterr()
+    assert main(["report", str(path), "--baseline", "on_policy_long"]) == 0
+    other = json.loads((out / "against_on_policy_long" / "summary.json").read_text())
+    assert (out / "against_on_policy_long" / "accuracy_vs_compute.png").is_file()
+    assert other["baseline"] == "on_policy_long"
+    assert (
+        other["target_accuracy"] == summary["methods"]["on_policy_long"]["final_accuracy"]["median"]
+    )
+    assert json.loads((out / "summary.json").read_text())["baseline"] == "on_policy"
+    from llm_replay.compare import with_baseline
+
+    with pytest.raises(ConfigError, match="baseline = 'nope'"):
+        with_baseline(load_experiment(path), "nope")
+    capsys.readouterr()
+    assert main(["compare", str(path), "--quiet", "--methods", "nope"]) == 2
+    assert "methods = ['nope']: name one or more of" in capsys.readouterr().out
+    quick = load_experiment(path, quick=True)
+    assert {m.name: quick.budget_of(m) for m in quick.methods} == {
+        "on_policy": 16.0,
+        "on_policy_long": 32.0,
+        "from_scratch": 32.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("{config: configs/on_policy.yaml, extends: nope}", "must name another method"),
+        ("{config: configs/on_policy.yaml, extends: long}", "must name another method"),
+        ("{config: configs/on_policy.yaml, extends: base, set: [train.lr=0.1]}", "only the budget"),
+        ("{config: configs/replay_uniform.yaml, extends: base}", "only the budget"),
+        ("{config: configs/on_policy.yaml, extends: base, budget: 1}", "is below base's"),
+        ("{config: configs/on_policy.yaml, extends: base, seeds: [0, 1]}", r"seeds \[1\]"),
+        ("{config: configs/on_policy.yaml, budget: 0}", r"methods.long.budget = 0"),
+    ],
+)
+def test_bad_extensions_are_refused(tmp_path: Path, spec: str, message: str) -> None:
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "budget: 2\neval_every: 1\nseeds: [0, 1]\nmethods:\n"
+        "  reference: {config: configs/on_policy.yaml}\n"
+        "  base: {config: configs/on_policy.yaml, seeds: [0]}\n"
+        f"  long: {spec}\n"
+    )
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(path)

@@ -136,11 +136,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     part = parse_part(args.part)
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
-    summary = run_experiment(experiment, progress=not args.quiet, part=part)
+    only = None if args.methods is None else [m for m in args.methods.split(",") if m]
+    summary = run_experiment(experiment, progress=not args.quiet, part=part, only=only)
     if summary is None:
         console.print(
-            f"part {args.part} done; no {experiment.baseline!r} run is finished yet, so there is "
-            f"nothing to compare: `llm-replay report {args.experiment}` once the other parts end"
+            f"done; no {experiment.baseline!r} run is finished yet, so there is nothing to "
+            f"compare: `llm-replay report {args.experiment}` once the other runs end"
         )
         return 0
     print_comparison(summary)
@@ -151,10 +152,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llm_replay.compare import load_experiment, summarise
+    from llm_replay.compare import load_experiment, summarise, with_baseline
 
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
-    summary = summarise(experiment)
+    dest = None
+    if args.baseline is not None:
+        experiment = with_baseline(experiment, args.baseline)
+        dest = experiment.out / f"against_{args.baseline}"
+    summary = summarise(experiment, dest)
     if args.markdown:
         print(comparison_markdown(summary))
         return 0
@@ -381,6 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
         cmd.add_argument("--out", help="output directory (default: the experiment's `out`)")
         if name == "report":
             cmd.add_argument("--markdown", action="store_true", help="print a Markdown table")
+            cmd.add_argument(
+                "--baseline",
+                metavar="METHOD",
+                help="compare against this method instead of the experiment's baseline; "
+                "summary and plots go to OUT/against_METHOD/",
+            )
         if name == "compare":
             cmd.add_argument("--quiet", action="store_true", help="no progress bars")
             cmd.add_argument(
@@ -388,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
                 default="1/1",
                 metavar="I/N",
                 help="run only the I-th of N disjoint shares of the runs (one process per core)",
+            )
+            cmd.add_argument(
+                "--methods",
+                metavar="A,B",
+                help="run only these methods' runs (e.g. one added to an experiment under way)",
             )
         cmd.set_defaults(func=func)
     methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")

@@ -6,26 +6,38 @@ how often to evaluate on that basis (so every method is evaluated at the same co
 baseline and the bases to report compute on. Runs go one after another so they share the machine
 fairly, seed by seed (every method's first seed before any second seed); each writes its own run
 directory (`OUT/METHOD/seed-S`). A method may name its own `seeds` (more for the baseline and the
-best methods). The summary (`OUT/summary.json`) and the plots are derived from the logs alone, so
-`llm-replay report` redraws them without re-running, from whatever runs have finished. A run whose
-summary exists is skipped, so an interrupted comparison resumes; with `archive: DIR` every
-finished run is also copied there in compact form (`llm_replay.archive`), and a run found there is
-restored instead of re-run, so a comparison spread over sessions and machines resumes from a
-committed directory.
+best methods) and its own `budget`; `extends: OTHER` marks a method as OTHER run to a larger budget
+(same config otherwise), and its runs continue OTHER's finished runs from their final checkpoints
+where those are on this machine, which logs exactly what a run from scratch would (a resumed run
+logs what an uninterrupted one does), for the extra budget's cost only. That is how a baseline's
+plateau is located without re-running it. The summary (`OUT/summary.json`) and the plots are
+derived from the logs alone, so `llm-replay report` redraws them without re-running, from whatever
+runs have finished. A run whose summary exists is skipped, so an interrupted comparison resumes;
+with `archive: DIR` every finished run is also copied there in compact form (`llm_replay.archive`),
+and a run found there is restored instead of re-run, so a comparison spread over sessions and
+machines resumes from a committed directory.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from llm_replay.analysis import RunCurves, compare_methods
-from llm_replay.archive import ArchiveMismatch, archive_run, archived_dir, restore_run
+from llm_replay.archive import (
+    ArchiveMismatch,
+    archive_run,
+    archived_dir,
+    protocol_differences,
+    restore_run,
+)
 from llm_replay.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
@@ -40,6 +52,8 @@ class Method:
     overrides: tuple[str, ...] = ()
     backend: str = "native"
     seeds: tuple[int, ...] | None = None  # None: the experiment's seeds
+    budget: float | None = None  # None: the experiment's budget
+    extends: str | None = None  # a method this one continues to a larger budget
 
 
 @dataclass(frozen=True)
@@ -64,6 +78,12 @@ class Experiment:
     def seeds_of(self, method: Method) -> tuple[int, ...]:
         return method.seeds if method.seeds is not None else self.seeds
 
+    def budget_of(self, method: Method) -> float:
+        return method.budget if method.budget is not None else self.budget
+
+    def method(self, name: str) -> Method:
+        return next(m for m in self.methods if m.name == name)
+
     def planned(self) -> list[tuple[Method, int]]:
         """Every (method, seed), seed-major, the baseline first within a seed."""
         order = sorted(self.methods, key=lambda m: m.name != self.baseline)
@@ -75,6 +95,7 @@ class Experiment:
         return tuple(dict.fromkeys([*self.bases, *(f"mu_{m:g}" for m in self.mu_curve)]))
 
 
+METHOD_KEYS = {"config", "set", "backend", "seeds", "budget", "extends"}
 KEYS = {
     "name",
     "out",
@@ -104,6 +125,7 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(KEYS)}")
     quick_part = data.pop("quick", {}) or {}
+    full_budget = data.get("budget")
     if quick:
         chosen = quick_part.get("methods")
         data = {**data, **{k: v for k, v in quick_part.items() if k not in ("methods", "set")}}
@@ -119,11 +141,11 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
             raise ConfigError(
                 f"methods.{name}: expected a mapping with 'config' (and optional 'set', 'backend')"
             )
-        unknown_spec = set(spec) - {"config", "set", "backend", "seeds"}
+        unknown_spec = set(spec) - METHOD_KEYS
         if unknown_spec:
             raise ConfigError(
                 f"methods.{name}: unknown key(s) {sorted(unknown_spec)}; "
-                "expected config, set, backend, seeds"
+                f"expected {', '.join(sorted(METHOD_KEYS))}"
             )
         backend = str(spec.get("backend", "native"))
         if backend not in BACKENDS:
@@ -133,6 +155,9 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
             _check_seeds(f"methods.{name}.seeds", own_seeds)
             if quick:  # a quick run keeps the quick section's seeds for every method
                 own_seeds = None
+        own_budget = spec.get("budget")
+        if own_budget is not None:
+            _check_positive(f"methods.{name}.budget", own_budget)
         methods.append(
             Method(
                 str(name),
@@ -140,14 +165,17 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
                 tuple(spec.get("set", [])),
                 backend,
                 None if own_seeds is None else tuple(own_seeds),
+                None if own_budget is None else float(own_budget),
+                None if spec.get("extends") is None else str(spec["extends"]),
             )
         )
     if not methods:
         raise ConfigError(f"{path}: methods: at least one method")
     for key in ("budget", "eval_every"):
-        value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(f"{key} = {value!r}: must be a number > 0")
+        _check_positive(key, data.get(key))
+    if quick and any(m.budget is not None for m in methods):  # shrink with the experiment's
+        scale = float(data["budget"]) / _check_positive("budget", full_budget)
+        methods = [m if m.budget is None else replace(m, budget=m.budget * scale) for m in methods]
     seeds = data.get("seeds", [0])
     _check_seeds("seeds", seeds)
     baseline = data.get("baseline", methods[0].name)
@@ -164,6 +192,7 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
     archive = data.get("archive")
     if archive is not None and not isinstance(archive, str):
         raise ConfigError(f"archive = {archive!r}: must be a directory path")
+    _check_extensions(methods, seeds, float(data["budget"]))
     return Experiment(
         name=str(data.get("name", path.stem)),
         out=Path(out or data.get("out", f"runs/{path.stem}")) / ("quick" if quick else "full"),
@@ -180,6 +209,58 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
     )
 
 
+def with_baseline(experiment: Experiment, name: str) -> Experiment:
+    """The experiment read against another of its methods (e.g. a baseline run to a larger
+    budget, whose final accuracy is a plateau target); every method's seeds must be among its.
+    `llm-replay report --baseline` writes that reading to `OUT/against_NAME/`."""
+    names = [m.name for m in experiment.methods]
+    if name not in names:
+        raise ConfigError(f"baseline = {name!r}: not among the methods {names}")
+    own = set(experiment.seeds_of(experiment.method(name)))
+    for m in experiment.methods:
+        unpaired = sorted(set(experiment.seeds_of(m)) - own)
+        if unpaired:
+            raise ConfigError(
+                f"baseline = {name!r}: methods.{m.name} has seeds {unpaired} it has not run "
+                "(seeds are paired with the baseline's)"
+            )
+    return replace(experiment, baseline=name)
+
+
+def _check_positive(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{key} = {value!r}: must be a number > 0")
+    return float(value)
+
+
+def _check_extensions(methods: list[Method], seeds: list[int], budget: float) -> None:
+    """`extends: OTHER` needs OTHER to be a plain method with the same preset, overrides and
+    backend, a budget no larger, and every seed this one runs."""
+    by_name = {m.name: m for m in methods}
+    for m in methods:
+        if m.extends is None:
+            continue
+        key = f"methods.{m.name}.extends"
+        base = by_name.get(m.extends)
+        if base is None or base is m:
+            raise ConfigError(f"{key} = {m.extends!r}: must name another method")
+        if base.extends is not None:
+            raise ConfigError(f"{key} = {m.extends!r}: which extends another method itself")
+        if (base.config, base.overrides, base.backend) != (m.config, m.overrides, m.backend):
+            raise ConfigError(
+                f"{key} = {m.extends!r}: config, set and backend must be {base.name}'s "
+                "(only the budget differs)"
+            )
+        if m.backend != "native":
+            raise ConfigError(f"{key}: only backend 'native' runs resume from checkpoints")
+        own, theirs = m.budget or budget, base.budget or budget
+        if own < theirs:
+            raise ConfigError(f"{key}: budget {own:g} is below {base.name}'s {theirs:g}")
+        missing = sorted(set(m.seeds or seeds) - set(base.seeds or seeds))
+        if missing:
+            raise ConfigError(f"{key}: seeds {missing} are not among {base.name}'s")
+
+
 def _check_seeds(key: str, seeds: Any) -> None:
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
         raise ConfigError(f"{key} = {seeds!r}: must be a non-empty list of integers")
@@ -192,7 +273,7 @@ def run_config(experiment: Experiment, method: Method, seed: int) -> Any:
         f"name={method.name}",
         f"train.seed={seed}",
         "train.iterations=1000000",
-        f"train.compute_budget={experiment.budget}",
+        f"train.compute_budget={experiment.budget_of(method)}",
         f"train.budget_basis={experiment.budget_basis}",
         f"eval.every_compute={experiment.eval_every}",
         "eval.every=1000000",
@@ -233,18 +314,30 @@ def parse_part(text: str) -> tuple[int, int]:
 
 
 def run_experiment(
-    experiment: Experiment, *, progress: bool = True, part: tuple[int, int] = (1, 1)
+    experiment: Experiment,
+    *,
+    progress: bool = True,
+    part: tuple[int, int] = (1, 1),
+    only: Sequence[str] | None = None,
 ) -> dict[str, Any] | None:
     """Run every method × seed not yet done, then summarise and plot what is finished.
 
-    `part=(I, N)` runs only every N-th planned run starting at the I-th, so N processes (one per
+    `only` keeps the runs of the methods it names (e.g. a method added to a running experiment).
+    `part=(I, N)` then runs only every N-th of them starting at the I-th, so N processes (one per
     core, or per machine sharing the archive) split an experiment without running anything
     twice; each summarises whatever is finished when it ends (None: a part ended before any
     baseline run was finished, so there is nothing to compare yet)."""
-    from llm_replay.training import console, run_training
+    from llm_replay.training import console
 
     i, n = part
     planned = experiment.planned()
+    if only is not None:
+        unknown = sorted(set(only) - {m.name for m in experiment.methods})
+        if unknown or not only:
+            raise ConfigError(
+                f"methods = {sorted(only)}: name one or more of {[m.name for m in experiment.methods]}"
+            )
+        planned = [(m, s) for m, s in planned if m.name in only]
     configs = [(m, s, run_config(experiment, m, s)) for m, s in planned[i - 1 :: n]]
     if experiment.archive is not None:  # refuse a stale archive before anything runs
         for method, seed, config in configs:
@@ -259,21 +352,60 @@ def run_experiment(
             continue
         share = f" (part {i}/{n} of {len(planned)})" if n > 1 else ""
         console.rule(f"[bold]{index}/{len(configs)}[/]{share} {method.name} · seed {seed}")
-        if method.backend == "trl":
-            from llm_replay.integrations.trl.runner import run_trl
-
-            run_trl(config, show_progress=progress)
-        else:
-            run_training(config, show_progress=progress)
+        _run(experiment, method, seed, config, progress)
         if experiment.archive is not None:
             archive_run(config.run_dir, experiment.archive, method.name, seed, protocol_of(config))
-    if n > 1 and not any(
-        (experiment.run_dir(m.name, s) / SUMMARY).is_file() or _archived(experiment, m.name, s)
-        for m, s in planned
-        if m.name == experiment.baseline
-    ):
+    baseline_done = any(
+        (experiment.run_dir(experiment.baseline, s) / SUMMARY).is_file()
+        or _archived(experiment, experiment.baseline, s)
+        for s in experiment.seeds_of(experiment.method(experiment.baseline))
+    )
+    if not baseline_done and (n > 1 or only is not None):
         return None
     return summarise(experiment)
+
+
+def _run(experiment: Experiment, method: Method, seed: int, config: Any, progress: bool) -> None:
+    from llm_replay.training import run_training
+
+    if method.backend == "trl":
+        from llm_replay.integrations.trl.runner import run_trl
+
+        run_trl(config, show_progress=progress)
+        return
+    resume = method.extends is not None and _continue_from(experiment, method, seed, config)
+    run_training(config, show_progress=progress, resume=resume)
+
+
+def _continue_from(experiment: Experiment, method: Method, seed: int, config: Any) -> bool:
+    """Copy the extended method's finished run (with its final checkpoint) into this run's
+    directory so that training resumes from it; False (run from scratch) where it is not here."""
+    from llm_replay.runtime.loop import CHECKPOINT_DIR
+
+    assert method.extends is not None
+    base = experiment.method(method.extends)
+    source = experiment.run_dir(base.name, seed)
+    if not (source / SUMMARY).is_file() or not (source / CHECKPOINT_DIR / "DONE").is_file():
+        log.warning(
+            "%s seed %d: no finished run of %s with its checkpoint here; running from scratch",
+            method.name,
+            seed,
+            base.name,
+        )
+        return False
+    differences = protocol_differences(
+        protocol_of(run_config(experiment, base, seed)), protocol_of(config)
+    )
+    unexpected = [d for d in differences if not d.startswith(("name:", "train.compute_budget:"))]
+    if unexpected:  # _check_extensions makes this unreachable short of a preset edited mid-run
+        raise ConfigError(f"methods.{method.name}.extends: runs differ in {unexpected}")
+    target = Path(config.run_dir)
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+    (target / SUMMARY).unlink()
+    log.info("%s seed %d: continuing %s from %s", method.name, seed, base.name, source)
+    return True
 
 
 def _archived(experiment: Experiment, method: str, seed: int) -> bool:
@@ -297,7 +429,9 @@ def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) 
         raise ConfigError(f"archive: {error}") from None
 
 
-def summarise(experiment: Experiment) -> dict[str, Any]:
+def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any]:
+    """Compare what has finished; write `summary.json` and the plots to `dest` (default: the
+    experiment's `out`)."""
     from llm_replay.report import plot_experiment
 
     runs: dict[str, list[RunCurves]] = {}
@@ -337,7 +471,8 @@ def summarise(experiment: Experiment) -> dict[str, Any]:
         "set": list(experiment.overrides),
         "unfinished_runs": missing,
     }
-    experiment.out.mkdir(parents=True, exist_ok=True)
-    (experiment.out / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
-    summary["plots"] = [str(p) for p in plot_experiment(experiment, runs, summary)]
+    dest = experiment.out if dest is None else Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    summary["plots"] = [str(p) for p in plot_experiment(experiment, runs, summary, dest)]
     return summary

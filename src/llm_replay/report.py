@@ -143,11 +143,16 @@ def _basis_label(basis: str) -> str:
 
 
 def plot_experiment(
-    experiment: Any, runs: dict[str, list[RunCurves]], summary: dict[str, Any]
+    experiment: Any,
+    runs: dict[str, list[RunCurves]],
+    summary: dict[str, Any],
+    out: Path | None = None,
 ) -> list[Path]:
-    """The comparison's PNGs: accuracy vs compute (measured and μ = 5), vs steps, entropy, pass@k, ratio vs μ."""
+    """The comparison's PNGs in `out` (the experiment's): accuracy vs compute (measured and
+    μ = 5), vs steps, entropy, pass@k, ratio vs μ."""
     plt = _pyplot()
-    out: Path = experiment.out
+    out = Path(experiment.out if out is None else out)
+    out.mkdir(parents=True, exist_ok=True)
     counts = sorted({len(c) for c in runs.values()})
     seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     band = f"median over {seeds} seeds, band = min–max" if counts[-1] > 1 else "one seed"
