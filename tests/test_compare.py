@@ -193,6 +193,19 @@ def test_parts_split_the_runs_without_overlap(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["experiment"]["unfinished_runs"] == []
     assert sorted(p.name for p in (tmp_path / "archive").iterdir()) == ["on_policy", "uniform"]
+    # a run whose baseline run of the same seed is not finished waits, listed, out of the table
+    import shutil
+
+    for root in (out, tmp_path / "archive"):
+        shutil.rmtree(root / "on_policy" / "seed-0")
+    assert main(["report", str(path)]) == 0
+    partial = json.loads((out / "summary.json").read_text())
+    assert set(partial["methods"]) == {"on_policy"}
+    assert partial["methods"]["on_policy"]["seed_ids"] == [1]
+    assert partial["experiment"]["unfinished_runs"] == [
+        "on_policy/seed-0",
+        "uniform/seed-0 (its on_policy run is not finished)",
+    ]
 
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "1/0", "a/b", "2"])

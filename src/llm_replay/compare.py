@@ -450,6 +450,12 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
         raise ConfigError(
             f"baseline {experiment.baseline!r}: no finished run yet; nothing to compare against"
         )
+    paired = {c.seed for c in runs[experiment.baseline]}
+    waiting = [f"{m}/seed-{c.seed}" for m, cs in runs.items() for c in cs if c.seed not in paired]
+    if waiting:  # finished, but the baseline's run of that seed is not: left out until it is
+        runs = {m: [c for c in cs if c.seed in paired] for m, cs in runs.items()}
+        runs = {m: cs for m, cs in runs.items() if cs}
+        missing += [f"{run} (its {experiment.baseline} run is not finished)" for run in waiting]
     summary = compare_methods(runs, baseline=experiment.baseline, bases=experiment.all_bases)
     summary["experiment"] = {
         "name": experiment.name,
