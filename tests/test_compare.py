@@ -296,7 +296,11 @@ def test_shipped_experiment_file_validates(
     assert experiment.budget_basis == "mu_5" and experiment.baseline == "on_policy"
     for method in experiment.methods:
         config = run_config(experiment, method, experiment.seeds[0])
-        assert config.train.compute_budget == experiment.budget
+        assert config.train.compute_budget == experiment.budget_of(method)
+        if method.extends is None:
+            assert method.budget is None  # every compared method runs the experiment's budget
+        else:  # a continuation of one of them, to twice the budget
+            assert config.train.compute_budget == 2 * experiment.budget
         if name == "experiment_spell":  # the task and its model are set for every method
             assert config.task.dataset == "spell_backward"
             assert config.model.path == "builtin:tiny-spell-backward"
