@@ -35,7 +35,6 @@ from llm_replay.archive import (
     ArchiveMismatch,
     archive_run,
     archived_dir,
-    protocol_differences,
     restore_run,
 )
 from llm_replay.config import ConfigError, load_config
@@ -181,14 +180,13 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
     baseline = data.get("baseline", methods[0].name)
     if baseline not in {m.name for m in methods}:
         raise ConfigError(f"baseline = {baseline!r}: not among the methods")
-    base_seeds = set(next(m for m in methods if m.name == baseline).seeds or seeds)
-    for m in methods:
-        unpaired = sorted(set(m.seeds or seeds) - base_seeds)
-        if unpaired:
-            raise ConfigError(
-                f"methods.{m.name}.seeds: {unpaired} not among the baseline's seeds "
-                "(seeds are paired with the baseline's)"
-            )
+    unpaired = _unpaired(methods, seeds, baseline)
+    if unpaired:
+        name, unpaired_seeds = unpaired
+        raise ConfigError(
+            f"methods.{name}.seeds: {unpaired_seeds} not among the baseline's seeds "
+            "(seeds are paired with the baseline's)"
+        )
     archive = data.get("archive")
     if archive is not None and not isinstance(archive, str):
         raise ConfigError(f"archive = {archive!r}: must be a directory path")
@@ -216,15 +214,26 @@ def with_baseline(experiment: Experiment, name: str) -> Experiment:
     names = [m.name for m in experiment.methods]
     if name not in names:
         raise ConfigError(f"baseline = {name!r}: not among the methods {names}")
-    own = set(experiment.seeds_of(experiment.method(name)))
-    for m in experiment.methods:
-        unpaired = sorted(set(experiment.seeds_of(m)) - own)
-        if unpaired:
-            raise ConfigError(
-                f"baseline = {name!r}: methods.{m.name} has seeds {unpaired} it has not run "
-                "(seeds are paired with the baseline's)"
-            )
+    unpaired = _unpaired(list(experiment.methods), list(experiment.seeds), name)
+    if unpaired:
+        method, missing = unpaired
+        raise ConfigError(
+            f"baseline = {name!r}: methods.{method} has seeds {missing} it has not run "
+            "(seeds are paired with the baseline's)"
+        )
     return replace(experiment, baseline=name)
+
+
+def _unpaired(
+    methods: list[Method], seeds: list[int], baseline: str
+) -> tuple[str, list[int]] | None:
+    """The first method with seeds the baseline does not run, and those seeds."""
+    own = set(next(m for m in methods if m.name == baseline).seeds or seeds)
+    for m in methods:
+        missing = sorted(set(m.seeds or seeds) - own)
+        if missing:
+            return m.name, missing
+    return None
 
 
 def _check_positive(key: str, value: Any) -> float:
@@ -393,12 +402,6 @@ def _continue_from(experiment: Experiment, method: Method, seed: int, config: An
             base.name,
         )
         return False
-    differences = protocol_differences(
-        protocol_of(run_config(experiment, base, seed)), protocol_of(config)
-    )
-    unexpected = [d for d in differences if not d.startswith(("name:", "train.compute_budget:"))]
-    if unexpected:  # _check_extensions makes this unreachable short of a preset edited mid-run
-        raise ConfigError(f"methods.{method.name}.extends: runs differ in {unexpected}")
     target = Path(config.run_dir)
     if target.exists():
         shutil.rmtree(target)

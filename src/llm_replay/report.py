@@ -152,7 +152,6 @@ def plot_experiment(
     μ = 5), vs steps, entropy, pass@k, ratio vs μ."""
     plt = _pyplot()
     out = Path(experiment.out if out is None else out)
-    out.mkdir(parents=True, exist_ok=True)
     counts = sorted({len(c) for c in runs.values()})
     seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     band = f"median over {seeds} seeds, band = min–max" if counts[-1] > 1 else "one seed"
