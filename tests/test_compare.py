@@ -299,8 +299,10 @@ def test_shipped_experiment_file_validates(
         assert config.train.compute_budget == experiment.budget_of(method)
         if method.extends is None:
             assert method.budget is None  # every compared method runs the experiment's budget
-        else:  # a continuation of one of them, to twice the budget
-            assert config.train.compute_budget == 2 * experiment.budget
+        else:  # a continuation of one of them, to a whole multiple of the budget
+            multiple = config.train.compute_budget / experiment.budget
+            assert multiple == int(multiple) >= 2
+            assert method.name.endswith(f"_{int(multiple)}x")
         if name == "experiment_spell":  # the task and its model are set for every method
             assert config.task.dataset == "spell_backward"
             assert config.model.path == "builtin:tiny-spell-backward"

@@ -8,7 +8,7 @@ draws one line per run against measured compute seconds (evaluation time exclude
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,20 +77,31 @@ def _pyplot() -> Any:
     return plt
 
 
-def _styles(names: Sequence[str], baseline: str) -> dict[str, dict[str, Any]]:
-    """Baseline in thick black; a `_tis` variant dashed in its parent's colour; others distinct."""
+def _styles(
+    names: Sequence[str], baseline: str, extends: Mapping[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Baseline in thick black; others distinct. A `_tis` variant is dashed in its parent's
+    colour, and so is a continuation (`extends`), drawn under its base so that the shared first
+    part shows as the base's solid line and only the continued part as dashes."""
     plt = _pyplot()
     palette = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
+    continued = {c: b for c, b in (extends or {}).items() if c in names and b in names}
     styles: dict[str, dict[str, Any]] = {baseline: {"color": "black", "linewidth": 2.4}}
     free = iter(palette)
     for name in names:
-        if name == baseline or name.endswith("_tis"):
+        if name in styles or name.endswith("_tis") or name in continued:
             continue
-        styles[name] = {"color": next(free), "linewidth": 1.6}
+        if continued.get(baseline) == name:
+            styles[name] = {"color": "black", "linewidth": 1.6}
+        else:
+            styles[name] = {"color": next(free), "linewidth": 1.6}
     for name in names:
-        if name.endswith("_tis"):
+        if name.endswith("_tis") and name not in styles:
             parent = styles.get(name[: -len("_tis")], {"color": next(free)})
             styles[name] = {"color": parent["color"], "linewidth": 1.6, "linestyle": "--"}
+    for name, base in continued.items():
+        style = styles.get(name, {"color": styles[base]["color"], "linewidth": 1.6})
+        styles[name] = {**style, "linestyle": "--", "zorder": 1.9}
     return styles
 
 
@@ -156,7 +167,11 @@ def plot_experiment(
     seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
     band = f"median over {seeds} seeds, band = min–max" if counts[-1] > 1 else "one seed"
     paths: list[Path] = []
-    styles = _styles(list(runs), summary["baseline"])
+    extends = {m.name: m.extends for m in experiment.methods if m.extends is not None}
+    styles = _styles(list(runs), summary["baseline"], extends)
+    continued = (
+        "\ndashed = a method continued to a larger budget" if set(extends) & set(runs) else ""
+    )
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5), dpi=120, sharey=True)
     for ax, basis in zip(axes, ("measured", "mu_5"), strict=True):
@@ -165,7 +180,9 @@ def plot_experiment(
         ax.set_xlabel(_basis_label(basis))
     axes[0].set_ylabel("held-out greedy accuracy (%, trailing mean of 3 evals)")
     axes[1].legend(fontsize=8, loc="lower right", ncol=2)
-    fig.suptitle(f"{experiment.name}: accuracy vs compute ({band}; dotted = baseline's final)")
+    fig.suptitle(
+        f"{experiment.name}: accuracy vs compute ({band}; dotted = baseline's final){continued}"
+    )
     _save(fig, out / "accuracy_vs_compute.png", paths)
 
     for key, basis, ylabel, scale, file in (
