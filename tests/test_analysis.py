@@ -119,3 +119,47 @@ def test_zero_variance_share_is_the_run_mean_then_the_seed_median(tmp_path: Path
     summary = compare_methods(runs, baseline="base", bases=["rollouts"])
     assert summary["methods"]["base"]["zero_variance_groups"] == pytest.approx(0.4)
     assert summary["methods"]["old"]["zero_variance_groups"] is None
+
+
+def test_plateau_verdict_reads_the_baselines_tail_slope(tmp_path: Path) -> None:
+    import numpy as np
+
+    from llm_replay.analysis import PLATEAU_SLOPE, plateau_verdict
+    from llm_replay.cli import plateau_note
+
+    share = np.linspace(0.0, 1.0, 21)
+    climbs = [
+        fake_run(tmp_path / f"c{s}", list(0.1 + (0.3 + 0.1 * s) * share), 1.0, 100, 100)
+        for s in range(3)
+    ]  # 30, 40 and 50 points over the run: 3, 4 and 5 points per tenth of it
+    verdict = plateau_verdict(climbs)
+    assert verdict["per_seed"] == pytest.approx([3.0, 4.0, 5.0])
+    assert verdict["tail_slope"] == pytest.approx(4.0)
+    assert verdict["on_plateau"] is False and verdict["threshold"] == PLATEAU_SLOPE
+    flat = [fake_run(tmp_path / f"f{s}", [0.1, 0.3] + [0.5] * 19, 1.0, 100, 100) for s in range(2)]
+    assert plateau_verdict(flat)["tail_slope"] == pytest.approx(0.0, abs=1e-9)
+    assert plateau_verdict(flat)["on_plateau"] is True
+    short = [fake_run(tmp_path / "s", [0.1, 0.2], 1.0, 100, 100)]
+    assert plateau_verdict(short)["on_plateau"] is None
+
+    rising = compare_methods({"base": climbs}, baseline="base", bases=["mu_5"])
+    assert rising["baseline_plateau"]["on_plateau"] is False
+    note = plateau_note(rising)
+    assert note is not None and "still rising" in note and "+4.00" in note and "3 seeds" in note
+    settled = plateau_note(compare_methods({"base": flat}, baseline="base", bases=["mu_5"]))
+    assert settled is not None and "ends on its plateau" in settled
+    assert plateau_note({"baseline": "base"}) is None  # a summary written before the verdict
+
+
+def test_a_plateau_call_whose_interval_spans_the_threshold_says_it_is_weak(tmp_path: Path) -> None:
+    import numpy as np
+
+    from llm_replay.cli import plateau_note
+
+    share = np.linspace(0.0, 1.0, 21)
+    runs = [
+        fake_run(tmp_path / f"m{s}", list(0.4 + slope * share), 1.0, 100, 100)
+        for s, slope in enumerate([-0.1, 0.02, 0.2, -0.05, 0.25])  # -1, 0.2, 2, -0.5, 2.5 a tenth
+    ]
+    note = plateau_note(compare_methods({"base": runs}, baseline="base", bases=["mu_5"]))
+    assert note is not None and "ends on its plateau: +0.20" in note and "weak" in note

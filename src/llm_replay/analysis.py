@@ -20,6 +20,10 @@ from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.metrics.logging import read_log
 
 SMOOTH = 3
+# A run whose smoothed accuracy still climbs faster than this over the last fifth of its budget
+# (accuracy points per tenth of the run) has not reached its plateau. On chain_sum the baseline
+# ended at +0.90 and, continued to twice the budget, rose 3.3 points more, ending at +0.09.
+PLATEAU_SLOPE = 0.5
 
 
 @dataclass(frozen=True)
@@ -261,10 +265,27 @@ def compare_methods(
         }
     return {
         "baseline": baseline,
+        "baseline_plateau": plateau_verdict(runs[baseline]),
         "target_accuracy": float(np.median(list(target_of.values()))),
         "target_accuracy_per_seed": [float(t) for t in target_of.values()],
         "baseline_compute": {b: median_or_none(list(v.values())) for b, v in cost_of.items()},
         "methods": methods,
+    }
+
+
+def plateau_verdict(curves: Sequence[RunCurves]) -> dict[str, Any]:
+    """Did these runs end on their plateau? The median over seeds of the tail slope (points per
+    tenth of the run, μ = 5 basis) against `PLATEAU_SLOPE`, with its bootstrap interval.
+    `on_plateau` is None when the runs have too few evaluations to say."""
+    slopes = [c.tail_slope("mu_5") for c in curves]
+    known = [s for s in slopes if s is not None]
+    median = float(np.median(known)) if known else None
+    return {
+        "tail_slope": median,
+        "tail_slope_ci95": median_interval(known) if len(known) > 1 else None,
+        "per_seed": slopes,
+        "threshold": PLATEAU_SLOPE,
+        "on_plateau": None if median is None else bool(median <= PLATEAU_SLOPE),
     }
 
 

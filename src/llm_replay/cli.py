@@ -93,6 +93,36 @@ def _ratio_cell(ratio: float | None, interval: list[float | None] | None) -> str
     return text
 
 
+def plateau_note(summary: dict[str, Any]) -> str | None:
+    """One sentence on whether the baseline ended on its plateau, which decides what its ratios
+    mean; None for summaries written before the verdict was recorded or too short to tell."""
+    verdict = summary.get("baseline_plateau") or {}
+    if verdict.get("on_plateau") is None:
+        return None
+    name, slope, flat = summary["baseline"], verdict["tail_slope"], verdict["threshold"]
+    seeds = sum(s is not None for s in verdict["per_seed"])
+    bounds = verdict.get("tail_slope_ci95")
+    interval = None if not bounds or None in bounds else (float(bounds[0]), float(bounds[1]))
+    spread = "" if interval is None else f", 95% interval {interval[0]:+.2f} to {interval[1]:+.2f}"
+    measured = (
+        f"{slope:+.2f} accuracy points per tenth of the run over its last 20% "
+        f"(median of {seeds} seed{'s' if seeds != 1 else ''}{spread}; flat is ≤ {flat:g})"
+    )
+    straddles = interval is not None and interval[0] <= flat < interval[1]
+    doubt = (
+        " The interval spans the threshold, so this reading is weak: a continued run decides."
+        if straddles
+        else ""
+    )
+    if verdict["on_plateau"]:
+        return f"The baseline {name} ends on its plateau: {measured}.{doubt}"
+    return (
+        f"The baseline {name} is still rising at the end of its budget: {measured}. The ratios "
+        "measure how fast each method reaches its final accuracy, not its plateau; continue it "
+        f"to a larger budget with `extends:` (README, 'Locating a baseline's plateau').{doubt}"
+    )
+
+
 def print_comparison(summary: dict[str, Any]) -> None:
     """Per method: seeds, final accuracy (median, min–max), pass@8, entropy, the slope of the last
     20% of the run (points per tenth of the budget), the plateau fit (share of a fitted
@@ -129,6 +159,9 @@ def print_comparison(summary: dict[str, Any]) -> None:
             ),
         )
     console.print(table)
+    note = plateau_note(summary)
+    if note is not None:
+        console.print(note, markup=False)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -224,6 +257,9 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
             ),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    note = plateau_note(summary)
+    if note is not None:
+        lines.append(f"\n{note}")
     missing = summary["experiment"].get("unfinished_runs") or []
     if missing:
         lines.append(f"\nNot finished yet ({len(missing)}): " + ", ".join(missing))
