@@ -69,6 +69,12 @@ def test_paired_ratios_on_each_basis(tmp_path: Path) -> None:
     # the bases are linked through reuse: mu ratio = generated-token ratio x (mu + y) / (mu + y_base)
     assert ratios["mu_5"] == pytest.approx((50 / 100) * (5 + 4.0) / (5 + 1.0))
     assert summary["methods"]["slow"]["compute_to_target_ratio"]["mu_5"] is None
+    # at equal μ = 5 compute: replay ends at 5 x 450 = 2250, where the baseline's last eval is the
+    # 4th (1800; smoothed mean of 0.2, 0.3, 0.4); "slow" never reaches the target but has a gain
+    gain = summary["methods"]["replay"]["accuracy_gain_equal_mu_5"]
+    assert gain["median"] == pytest.approx(0.4 - 0.3)
+    assert summary["methods"]["slow"]["accuracy_gain_equal_mu_5"]["median"] == pytest.approx(-0.3)
+    assert summary["methods"]["base"]["accuracy_gain_equal_mu_5"]["median"] == 0.0
     assert summary["methods"]["slow"]["never_reached_seeds"]["mu_5"] == 3
     with pytest.raises(ValueError, match="baseline = 'nope'"):
         compare_methods({"base": base}, baseline="nope", bases=["measured"])

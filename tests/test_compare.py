@@ -175,6 +175,7 @@ def test_method_seeds_archive_and_partial_reports(
     assert "| on_policy | 2 |" in markdown and "Not finished yet (1): uniform/seed-0" in markdown
     head, _, row = (line.split(" | ") for line in markdown.splitlines()[:3])
     assert row[head.index("y")] == "1.00"  # on-policy trains each generated token once
+    assert row[head.index("Δ acc at equal μ5")] == "+0.0 [+0.0, +0.0]"  # itself, paired by seed
 
 
 def test_parts_split_the_runs_without_overlap(

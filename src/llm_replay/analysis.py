@@ -255,6 +255,9 @@ def compare_methods(
                 [c.mean_train("reward/zero_variance_groups") for c in curves]
             ),
             "gradient_steps": spread([float(c.steps[-1]) for c in curves]),
+            "accuracy_gain_equal_mu_5": _spread_or_none(
+                [accuracy_gain(c, reference[s], "mu_5") for c, s in zip(curves, seeds, strict=True)]
+            ),
             "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
             "saturation_mu_5": _saturation([c.saturation("mu_5") for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
@@ -271,6 +274,26 @@ def compare_methods(
         "baseline_compute": {b: median_or_none(list(v.values())) for b, v in cost_of.items()},
         "methods": methods,
     }
+
+
+def accuracy_at(run: RunCurves, basis: str, x: float) -> float | None:
+    """The run's smoothed accuracy at its last evaluation at or before compute `x` on `basis`."""
+    index = int(np.searchsorted(run.compute(basis), x, side="right")) - 1
+    return None if index < 0 else float(run.smoothed[index])
+
+
+def accuracy_gain(run: RunCurves, reference: RunCurves, basis: str) -> float | None:
+    """The run's smoothed accuracy minus the reference's at the same compute: where the shorter
+    of the two ended (the iso-compute reading, defined also when the run never reaches the
+    reference's final accuracy)."""
+    x = min(float(run.compute(basis)[-1]), float(reference.compute(basis)[-1]))
+    mine, theirs = accuracy_at(run, basis, x), accuracy_at(reference, basis, x)
+    return None if mine is None or theirs is None else mine - theirs
+
+
+def _spread_or_none(values: Sequence[float | None]) -> dict[str, Any] | None:
+    known = [v for v in values if v is not None]
+    return spread(known) if known else None
 
 
 def plateau_verdict(curves: Sequence[RunCurves]) -> dict[str, Any]:

@@ -124,7 +124,8 @@ def plateau_note(summary: dict[str, Any]) -> str | None:
 
 
 def print_comparison(summary: dict[str, Any]) -> None:
-    """Per method: seeds, final accuracy (median, min–max), pass@8, entropy, the slope of the last
+    """Per method: seeds, final accuracy (median, min–max), accuracy points above the baseline at
+    equal μ = 5 compute, pass@8, entropy, the slope of the last
     20% of the run (points per tenth of the budget), the plateau fit (share of a fitted
     exponential rise reached by the end → its asymptote), μ, sampled age, reuse y (completion
     tokens trained per token generated), and the ratios with their bootstrap 95% intervals."""
@@ -134,7 +135,8 @@ def print_comparison(summary: dict[str, Any]) -> None:
         f"({100 * summary['target_accuracy']:.1f}%), ÷ baseline"
     )
     table.add_column("method")
-    columns = ["seeds", "final acc", "pass@8", "entropy", "tail slope", "plateau fit", "μ"]
+    columns = ["seeds", "final acc", "Δ acc at equal μ5", "pass@8", "entropy", "tail slope"]
+    columns += ["plateau fit", "μ"]
     for column in (*columns, "age", "y", *bases):
         table.add_column(column, justify="right")
     for name, m in summary["methods"].items():
@@ -146,6 +148,7 @@ def print_comparison(summary: dict[str, Any]) -> None:
             str(m["seeds"]),
             f"{100 * m['final_accuracy']['median']:.1f}% ({100 * m['final_accuracy']['min']:.0f}–"
             f"{100 * m['final_accuracy']['max']:.0f})",
+            _gain_cell(m),
             "—" if pass8 is None else f"{100 * pass8:.0f}%",
             f"{m['entropy']['median']:.3f}",
             "—" if slope is None else f"{slope:+.2f}",
@@ -218,6 +221,19 @@ def _reuse_cell(method: dict[str, Any]) -> str:
     return "—" if reuse is None or reuse != reuse else f"{reuse:.2f}"
 
 
+def _gain_cell(method: dict[str, Any]) -> str:
+    """ "+9.1 [7.5–10.2]": accuracy points above the baseline at the same μ = 5 compute (where the
+    shorter run ended), median over seeds with its bootstrap 95% interval."""
+    gain = method.get("accuracy_gain_equal_mu_5")
+    if not gain:
+        return "—"
+    text = f"{100 * gain['median']:+.1f}"
+    interval = gain.get("ci95")
+    if interval and None not in interval:
+        text += f" [{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]"
+    return text
+
+
 def _percent_cell(spread: dict[str, Any]) -> str:
     text = f"{100 * spread['median']:.0f}%"
     interval = spread.get("ci95")
@@ -230,7 +246,8 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
     """The comparison as a Markdown table (what docs/RESULTS.md shows), same cells as the
     terminal table; the unfinished runs are listed under it."""
     bases = summary["experiment"]["bases"]
-    head = ["method", "seeds", "final acc (min–max)", "pass@8", "entropy", "tail slope"]
+    head = ["method", "seeds", "final acc (min–max)", "Δ acc at equal μ5", "pass@8", "entropy"]
+    head += ["tail slope"]
     head += ["plateau fit", "age", "y"]
     lines = ["| " + " | ".join([*head, *(f"ratio {b}" for b in bases)]) + " |"]
     lines.append("|" + "---|" * (len(head) + len(bases)))
@@ -242,6 +259,7 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
             name,
             str(m["seeds"]),
             f"{100 * acc['median']:.1f}% ({100 * acc['min']:.1f}–{100 * acc['max']:.1f})",
+            _gain_cell(m),
             "—" if not pass8 else _percent_cell(pass8),
             f"{m['entropy']['median']:.3f}",
             "—" if slope is None else f"{slope:+.2f}",
