@@ -131,7 +131,7 @@ def test_plateau_verdict_reads_the_baselines_tail_slope(tmp_path: Path) -> None:
     import numpy as np
 
     from llm_replay.analysis import PLATEAU_SLOPE, plateau_verdict
-    from llm_replay.cli import plateau_note
+    from llm_replay.comparison_table import plateau_note
 
     share = np.linspace(0.0, 1.0, 21)
     climbs = [
@@ -160,7 +160,7 @@ def test_plateau_verdict_reads_the_baselines_tail_slope(tmp_path: Path) -> None:
 def test_a_plateau_call_whose_interval_spans_the_threshold_says_it_is_weak(tmp_path: Path) -> None:
     import numpy as np
 
-    from llm_replay.cli import plateau_note
+    from llm_replay.comparison_table import plateau_note
 
     share = np.linspace(0.0, 1.0, 21)
     runs = [

@@ -276,19 +276,13 @@ def compare_methods(
     }
 
 
-def accuracy_at(run: RunCurves, basis: str, x: float) -> float | None:
-    """The run's smoothed accuracy at its last evaluation at or before compute `x` on `basis`."""
-    index = int(np.searchsorted(run.compute(basis), x, side="right")) - 1
-    return None if index < 0 else float(run.smoothed[index])
-
-
 def accuracy_gain(run: RunCurves, reference: RunCurves, basis: str) -> float | None:
     """The run's smoothed accuracy minus the reference's at the same compute: where the shorter
     of the two ended (the iso-compute reading, defined also when the run never reaches the
     reference's final accuracy)."""
     x = min(float(run.compute(basis)[-1]), float(reference.compute(basis)[-1]))
-    mine, theirs = accuracy_at(run, basis, x), accuracy_at(reference, basis, x)
-    return None if mine is None or theirs is None else mine - theirs
+    mine, theirs = on_grid([run, reference], "accuracy", basis, np.array([x]))[:, 0]
+    return None if np.isnan(mine) or np.isnan(theirs) else float(mine - theirs)
 
 
 def _spread_or_none(values: Sequence[float | None]) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from llm_replay.buffer.checkpoint import CheckpointError
+from llm_replay.comparison_table import comparison_markdown, print_comparison
 from llm_replay.config import ConfigError, load_config
 from llm_replay.models import ModelLoadError
 from llm_replay.rollout import InvalidRolloutError
@@ -84,89 +85,6 @@ def cmd_methods(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ratio_cell(ratio: float | None, interval: list[float | None] | None) -> str:
-    """`0.45× [0.40–0.52]`: the median ratio over seeds and its bootstrap 95% interval."""
-    text = "never" if ratio is None else f"{ratio:.2f}×"
-    if interval is not None:
-        low, high = (("∞" if b is None else f"{b:.2f}") for b in interval)
-        text += f" [{low}–{high}]"
-    return text
-
-
-def plateau_note(summary: dict[str, Any]) -> str | None:
-    """One sentence on whether the baseline ended on its plateau, which decides what its ratios
-    mean; None for summaries written before the verdict was recorded or too short to tell."""
-    verdict = summary.get("baseline_plateau") or {}
-    if verdict.get("on_plateau") is None:
-        return None
-    name, slope, flat = summary["baseline"], verdict["tail_slope"], verdict["threshold"]
-    seeds = sum(s is not None for s in verdict["per_seed"])
-    bounds = verdict.get("tail_slope_ci95")
-    interval = None if not bounds or None in bounds else (float(bounds[0]), float(bounds[1]))
-    spread = "" if interval is None else f", 95% interval {interval[0]:+.2f} to {interval[1]:+.2f}"
-    measured = (
-        f"{slope:+.2f} accuracy points per tenth of the run over its last 20% "
-        f"(median of {seeds} seed{'s' if seeds != 1 else ''}{spread}; flat is ≤ {flat:g})"
-    )
-    straddles = interval is not None and interval[0] <= flat < interval[1]
-    doubt = (
-        " The interval spans the threshold, so this reading is weak: a continued run decides."
-        if straddles
-        else ""
-    )
-    if verdict["on_plateau"]:
-        return f"The baseline {name} ends on its plateau: {measured}.{doubt}"
-    return (
-        f"The baseline {name} is still rising at the end of its budget: {measured}. The ratios "
-        "measure how fast each method reaches its final accuracy, not its plateau; continue it "
-        f"to a larger budget with `extends:` (README, 'Locating a baseline's plateau').{doubt}"
-    )
-
-
-def print_comparison(summary: dict[str, Any]) -> None:
-    """Per method: seeds, final accuracy (median, min–max), accuracy points above the baseline at
-    equal μ = 5 compute, pass@8, entropy, the slope of the last
-    20% of the run (points per tenth of the budget), the plateau fit (share of a fitted
-    exponential rise reached by the end → its asymptote), μ, sampled age, reuse y (completion
-    tokens trained per token generated), and the ratios with their bootstrap 95% intervals."""
-    bases = summary["experiment"]["bases"]
-    table = Table(
-        title=f"{summary['experiment']['name']}: compute to reach the baseline's final accuracy "
-        f"({100 * summary['target_accuracy']:.1f}%), ÷ baseline"
-    )
-    table.add_column("method")
-    columns = ["seeds", "final acc", "Δ acc at equal μ5", "pass@8", "entropy", "tail slope"]
-    columns += ["plateau fit", "μ"]
-    for column in (*columns, "age", "y", *bases):
-        table.add_column(column, justify="right")
-    for name, m in summary["methods"].items():
-        ratios = m["compute_to_target_ratio"]
-        pass8 = m.get("pass@8", {}).get("median")
-        slope = m.get("tail_slope_mu_5")
-        table.add_row(
-            name,
-            str(m["seeds"]),
-            f"{100 * m['final_accuracy']['median']:.1f}% ({100 * m['final_accuracy']['min']:.0f}–"
-            f"{100 * m['final_accuracy']['max']:.0f})",
-            _gain_cell(m),
-            "—" if pass8 is None else f"{100 * pass8:.0f}%",
-            f"{m['entropy']['median']:.3f}",
-            "—" if slope is None else f"{slope:+.2f}",
-            _saturation_cell(m),
-            "—" if m["mu_measured"] is None else f"{m['mu_measured']:.2f}",
-            "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
-            _reuse_cell(m),
-            *(
-                _ratio_cell(ratios[b], m.get("compute_to_target_ratio_ci95", {}).get(b))
-                for b in bases
-            ),
-        )
-    console.print(table)
-    note = plateau_note(summary)
-    if note is not None:
-        console.print(note, markup=False)
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from llm_replay.compare import load_experiment, parse_part, run_experiment
 
@@ -203,85 +121,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     for plot in summary["plots"]:
         console.print(f"plot: {plot}")
     return 0
-
-
-def _saturation_cell(method: dict[str, Any]) -> str:
-    """ "97% → 61.2%": the share of the fitted exponential rise reached by the end of the budget,
-    and the fitted asymptote (medians over seeds)."""
-    fit = method.get("saturation_mu_5")
-    if not fit:
-        return "—"
-    return f"{100 * fit['rise_done']:.0f}% → {100 * fit['asymptote']:.1f}%"
-
-
-def _reuse_cell(method: dict[str, Any]) -> str:
-    """y, completion tokens trained per token generated (median over seeds); summaries written
-    before it was measured have none."""
-    reuse = method.get("reuse", {}).get("median")
-    return "—" if reuse is None or reuse != reuse else f"{reuse:.2f}"
-
-
-def _gain_cell(method: dict[str, Any]) -> str:
-    """ "+9.1 [7.5–10.2]": accuracy points above the baseline at the same μ = 5 compute (where the
-    shorter run ended), median over seeds with its bootstrap 95% interval."""
-    gain = method.get("accuracy_gain_equal_mu_5")
-    if not gain:
-        return "—"
-    text = f"{100 * gain['median']:+.1f}"
-    interval = gain.get("ci95")
-    if interval and None not in interval:
-        text += f" [{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]"
-    return text
-
-
-def _percent_cell(spread: dict[str, Any]) -> str:
-    text = f"{100 * spread['median']:.0f}%"
-    interval = spread.get("ci95")
-    if interval and None not in interval:
-        text += f" [{100 * interval[0]:.0f}–{100 * interval[1]:.0f}]"
-    return text
-
-
-def comparison_markdown(summary: dict[str, Any]) -> str:
-    """The comparison as a Markdown table (what docs/RESULTS.md shows), same cells as the
-    terminal table; the unfinished runs are listed under it."""
-    bases = summary["experiment"]["bases"]
-    head = ["method", "seeds", "final acc (min–max)", "Δ acc at equal μ5", "pass@8", "entropy"]
-    head += ["tail slope"]
-    head += ["plateau fit", "age", "y"]
-    lines = ["| " + " | ".join([*head, *(f"ratio {b}" for b in bases)]) + " |"]
-    lines.append("|" + "---|" * (len(head) + len(bases)))
-    for name, m in summary["methods"].items():
-        acc = m["final_accuracy"]
-        pass8 = m.get("pass@8", {})
-        slope = m.get("tail_slope_mu_5")
-        cells = [
-            name,
-            str(m["seeds"]),
-            f"{100 * acc['median']:.1f}% ({100 * acc['min']:.1f}–{100 * acc['max']:.1f})",
-            _gain_cell(m),
-            "—" if not pass8 else _percent_cell(pass8),
-            f"{m['entropy']['median']:.3f}",
-            "—" if slope is None else f"{slope:+.2f}",
-            _saturation_cell(m),
-            "—" if m["mean_sampled_age"] is None else f"{m['mean_sampled_age']:.1f}",
-            _reuse_cell(m),
-            *(
-                _ratio_cell(
-                    m["compute_to_target_ratio"][b],
-                    m.get("compute_to_target_ratio_ci95", {}).get(b),
-                )
-                for b in bases
-            ),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    note = plateau_note(summary)
-    if note is not None:
-        lines.append(f"\n{note}")
-    missing = summary["experiment"].get("unfinished_runs") or []
-    if missing:
-        lines.append(f"\nNot finished yet ({len(missing)}): " + ", ".join(missing))
-    return "\n".join(lines)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
