@@ -111,23 +111,22 @@ def _reuse_cell(method: dict[str, Any]) -> str:
 
 
 def _gain_cell(method: dict[str, Any]) -> str:
-    """ "+9.1 [7.5–10.2]": accuracy points above the baseline at the same μ = 5 compute (where the
-    shorter run ended), median over seeds with its bootstrap 95% interval."""
+    """ "+9.1 [+7.5, +10.2]": accuracy points above the baseline at the same μ = 5 compute (where
+    the shorter run ended), median over seeds with its bootstrap 95% interval."""
     gain = method.get("accuracy_gain_equal_mu_5")
-    if not gain:
-        return "—"
-    text = f"{100 * gain['median']:+.1f}"
-    interval = gain.get("ci95")
-    if interval and None not in interval:
-        text += f" [{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]"
-    return text
+    return "—" if not gain else _spread_cell(gain, "{:+.1f}", " [{:+.1f}, {:+.1f}]")
 
 
 def _percent_cell(spread: dict[str, Any]) -> str:
-    text = f"{100 * spread['median']:.0f}%"
-    interval = spread.get("ci95")
-    if interval and None not in interval:
-        text += f" [{100 * interval[0]:.0f}–{100 * interval[1]:.0f}]"
+    return _spread_cell(spread, "{:.0f}%", " [{:.0f}–{:.0f}]")
+
+
+def _spread_cell(spread: dict[str, Any], median: str, interval: str) -> str:
+    """A fraction's median and bootstrap interval in points, each through its format."""
+    text = median.format(100 * spread["median"])
+    bounds = spread.get("ci95")
+    if bounds and None not in bounds:
+        text += interval.format(100 * bounds[0], 100 * bounds[1])
     return text
 
 
