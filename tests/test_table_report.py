@@ -81,7 +81,7 @@ def test_inspect_a_durable_table_changes_nothing_and_draws_plots(
     fill(table)
     (segment,) = (directory / LOG).glob("*.seg")
     with segment.open("ab") as handle:
-        handle.write(b"LRJ1\x00\x01")  # a torn tail: inspect must leave it for the owner
+        handle.write(b"LRJ2\x00\x01")  # a torn tail: inspect must leave it for the owner
     before = {p: p.read_bytes() for p in directory.rglob("*") if p.is_file()}
     assert main(["inspect", str(directory), "--plots", str(tmp_path / "plots")]) == 0
     out = capsys.readouterr().out
@@ -116,3 +116,23 @@ def test_inspect_a_sharded_checkpoint_reports_each_shard_and_the_total(
     assert report["total"]["samples"] == 6
     assert main(["inspect", str(tmp_path / "table")]) == 0
     assert "2 shards: 8 of 24 rollouts" in capsys.readouterr().out
+
+
+def test_inspect_reads_a_zero_filled_tail_and_names_damage_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "durable"
+    table = ReplayTable.open(directory, max_rollouts=16)
+    fill(table)
+    table.close()
+    (segment,) = (directory / LOG).glob("*.seg")
+    data = segment.read_bytes()
+    segment.write_bytes(data + data[:9] + bytes(300))  # a power cut's tail: 9 bytes, then zeros
+    assert main(["inspect", str(directory)]) == 0
+    assert "4 of 16" in capsys.readouterr().out
+    damaged = bytearray(data)
+    damaged[20] ^= 0xFF  # the first record's data length
+    segment.write_bytes(damaged)
+    assert main(["inspect", str(directory)]) == 2
+    out = capsys.readouterr().out
+    assert f"{segment}" in out and "at byte 0" in out and "Traceback" not in out

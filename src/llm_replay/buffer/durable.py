@@ -11,12 +11,15 @@ Layout::
     DIR/snapshot/               a table checkpoint (`checkpoint.py`), manifest holds `lsn`
     DIR/log/LSN.seg             segments; LSN = the sequence number of the segment's first record
 
-A record is `MAGIC | lsn u64 | header length u32 | data length u64 | CRC-32 u32`, then a JSON
-header (the operation and its scalars, and for each array its dtype, shape and byte range) and
-the arrays' raw bytes; the CRC covers header and data. No pickle anywhere. A record whose length
-runs past the end of the last segment, or whose CRC does not match there, is a torn write from a
-crash: it is dropped (the file is cut back to the last whole record), never half-read. The same
-damage anywhere else is corruption and raises `CheckpointError` naming the file and offset.
+Records (`log_records.py`) carry a CRC over their fixed header, a CRC over their body and an
+end marker, so a torn tail from a crash is told apart from damage: a tail that is provably torn
+(cut short, or a written prefix followed by zeros, with nothing valid after it) is dropped and
+the file cut back to the last whole record; anything else raises `CheckpointError` naming the
+file and byte, and nothing is written over it.
+
+**A new directory** becomes durable when its first snapshot is complete. A crash before that
+leaves at most an empty log and a partial snapshot: nothing was acknowledged, so the next open
+starts the table afresh. A directory with log records but no complete snapshot is damage.
 
 **Durability policy** (`fsync`): every write reaches the operating system before the call
 returns, so a killed process loses nothing that returned. What `fsync` adds is survival of a
@@ -25,7 +28,7 @@ few milliseconds against the seconds to hours of generation an insert of rollout
 `"every"` fsyncs every `fsync_every` inserts (at most that many minus one lost); `"never"`
 leaves it to the operating system. Sample and version records ride along with the next insert's
 fsync (after a power failure the table may come back a few draws behind, never with a rollout
-missing that an acknowledged insert added).
+missing that an insert acknowledged under "always" added).
 
 **Compaction.** `checkpoint()` writes a new snapshot atomically (it records the last sequence
 number it contains), starts a new segment and deletes the older ones; a crash in between leaves
@@ -35,13 +38,9 @@ log is also compacted on its own once it holds `compact_bytes` since the last sn
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import struct
 import threading
-import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Self, cast
 
@@ -54,110 +53,13 @@ from llm_replay.buffer.checkpoint import (
     resolve_checkpoint,
     write_atomic_dir,
 )
-from llm_replay.rollout import RolloutBatch
+from llm_replay.buffer.log_records import encode_record, read_segment
 
 Table = Any  # a ReplayTable: not imported, as `table` imports this module (no import cycle)
 
-MAGIC = b"LRJ1"
-HEAD = struct.Struct("<4sQIQI")  # magic, lsn, header length, data length, crc32
 SNAPSHOT = "snapshot"
 LOG = "log"
 FSYNC_POLICIES = ("always", "every", "never")
-BATCH_ARRAYS = (
-    "prompt_ids",
-    "prompt_lengths",
-    "completion_ids",
-    "completion_lengths",
-    "behaviour_logprobs",
-    "rewards",
-    "advantages",
-    "group_ids",
-    "policy_versions",
-    "correct",
-    "finish_reasons",
-    "task_codes",
-)
-
-
-def encode_record(lsn: int, op: str, fields: dict[str, Any]) -> bytes:
-    """One log record: `op` with its scalar fields and numpy / RolloutBatch fields."""
-    header: dict[str, Any] = {"op": op, "scalars": {}, "arrays": []}
-    chunks: list[bytes] = []
-    offset = 0
-
-    def add(name: str, array: np.ndarray) -> None:
-        nonlocal offset
-        data = np.ascontiguousarray(array).tobytes()
-        header["arrays"].append([name, array.dtype.str, list(array.shape), offset, len(data)])
-        chunks.append(data)
-        offset += len(data)
-
-    for name, value in fields.items():
-        if isinstance(value, RolloutBatch):
-            for column in BATCH_ARRAYS:
-                add(f"{name}.{column}", getattr(value, column))
-            header["scalars"][f"{name}.task_names"] = list(value.task_names)
-            header["scalars"][f"{name}.allow_empty"] = bool(value.allow_empty)
-        elif isinstance(value, np.ndarray):
-            add(name, value)
-        else:
-            header["scalars"][name] = value
-    head = json.dumps(header, separators=(",", ":")).encode()
-    data = b"".join(chunks)
-    crc = zlib.crc32(data, zlib.crc32(head))
-    return HEAD.pack(MAGIC, lsn, len(head), len(data), crc) + head + data
-
-
-def decode_fields(header: dict[str, Any], data: bytes) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
-    arrays: dict[str, np.ndarray] = {}
-    for name, dtype, shape, offset, size in header["arrays"]:
-        kind = np.dtype(dtype)
-        count = size // kind.itemsize
-        arrays[name] = np.frombuffer(data, dtype=kind, count=count, offset=offset).reshape(shape)
-    batches = {name.split(".")[0] for name in arrays if "." in name}
-    for batch in batches:
-        columns = {c: arrays.pop(f"{batch}.{c}") for c in BATCH_ARRAYS}
-        fields[batch] = RolloutBatch(
-            **columns,
-            task_names=tuple(header["scalars"].pop(f"{batch}.task_names")),
-            allow_empty=header["scalars"].pop(f"{batch}.allow_empty"),
-        )
-    fields.update(arrays)
-    fields.update(header["scalars"])
-    return fields
-
-
-def read_segment(path: Path, *, last: bool) -> Iterator[tuple[int, int, str, dict[str, Any]]]:
-    """(end offset, lsn, op, fields) of every whole record. A bad record that ends the last
-    segment is a torn write and ends the iteration (the caller truncates there); any other bad
-    record is corruption and raises."""
-    data = path.read_bytes()
-    offset = 0
-    while offset < len(data):
-        problem, end, torn = None, len(data), True
-        if len(data) - offset < HEAD.size:
-            problem = "a record header cut short"
-        else:
-            magic, lsn, head_len, data_len, crc = HEAD.unpack_from(data, offset)
-            start = offset + HEAD.size
-            end = start + head_len + data_len
-            if magic != MAGIC:  # a zero-filled tail is what a power cut can leave
-                problem, torn = "no record marker", not any(data[offset:])
-            elif end > len(data):
-                problem = "a record cut short"
-            elif (
-                zlib.crc32(data[start + head_len : end], zlib.crc32(data[start : start + head_len]))
-                != crc
-            ):
-                problem, torn = "a record whose checksum does not match", end == len(data)
-        if problem is not None:
-            if last and torn:
-                return
-            raise CheckpointError(f"{path}: {problem} at byte {offset}")
-        header = json.loads(data[start : start + head_len])
-        yield end, lsn, header["op"], decode_fields(header, data[start + head_len : end])
-        offset = end
 
 
 class OperationLog:
@@ -310,8 +212,10 @@ def journal_table(
                 shutil.rmtree(stale)
             else:
                 stale.unlink()
-    if not is_durable_dir(root):
+    if not _holds_table(root):
         root.mkdir(parents=True, exist_ok=True)
+        for segment in _segments(root):  # empty ones, left by a first open that did not finish
+            segment.unlink()
         with table._cond:
             table._log = OperationLog(root, 1, **options)
             write_snapshot(table, table._log)
@@ -323,8 +227,40 @@ def journal_table(
 
 
 def is_durable_dir(path: str | Path) -> bool:
+    """Whether `path` is (or was meant to be) a durable table's directory."""
     root = Path(path)
     return (root / SNAPSHOT).exists() or bool(list(root.glob(f".{SNAPSHOT}.*")))
+
+
+def _segments(root: Path) -> list[Path]:
+    return sorted((root / LOG).glob("*.seg")) if (root / LOG).is_dir() else []
+
+
+def _first_lsn(segment: Path) -> int:
+    """A segment is named by the sequence number of its first record."""
+    try:
+        return int(segment.stem)
+    except ValueError:
+        raise CheckpointError(f"{segment}: not a log segment name (LSN.seg)") from None
+
+
+def _holds_table(root: Path) -> bool:
+    """Whether `root` holds a durable table to recover. A directory whose first open was killed
+    before its snapshot was renamed into place holds none: nothing was logged yet, so nothing
+    was acknowledged. A snapshot that is there but incomplete, or log records without one, are
+    damage, and raise."""
+    if not is_durable_dir(root):
+        return False
+    try:
+        resolve_checkpoint(root / SNAPSHOT)
+        return True
+    except CheckpointError as missing:
+        logged = [p for p in _segments(root) if p.stat().st_size > 0]
+        replaced = list(root.glob(f".{SNAPSHOT}.old-*"))
+        if (root / SNAPSHOT).exists() or replaced or logged:
+            held = f"; {logged[0]} holds {logged[0].stat().st_size} bytes of log" if logged else ""
+            raise CheckpointError(f"{missing}{held} (refusing to start the table over)") from None
+        return False
 
 
 def recover(
@@ -344,19 +280,24 @@ def recover(
         overrides = {"arena_dir": store.directory, "resident_budget": store.resident_budget}
     table = cls.from_state(saved_meta, arrays, **overrides)
     lsn = int(manifest["lsn"])
-    segments = sorted((root / LOG).glob("*.seg")) if (root / LOG).is_dir() else []
+    segments = _segments(root)
     with table._cond:
         for index, path in enumerate(segments):
             last = index == len(segments) - 1
+            if not last and _first_lsn(segments[index + 1]) - 1 <= lsn:
+                continue  # wholly in the snapshot: left by a crash before its deletion
             good = 0
-            for end, record_lsn, op, fields in read_segment(path, last=last):
-                good = end
-                if record_lsn <= lsn:
+            for record in read_segment(path, last=last):
+                good = record.end
+                if record.lsn <= lsn:
                     continue
-                if record_lsn != lsn + 1:
-                    raise CheckpointError(f"{path}: record {record_lsn} follows {lsn}")
-                apply(table, op, fields)
-                lsn = record_lsn
+                if record.lsn != lsn + 1:
+                    raise CheckpointError(
+                        f"{path}: record {record.lsn} at byte {record.start} follows record "
+                        f"{lsn} (a record is missing)"
+                    )
+                apply(table, record.op, record.fields)
+                lsn = record.lsn
             if repair and last and good < path.stat().st_size:
                 with path.open("r+b") as handle:  # drop the torn tail for good
                     handle.truncate(good)
@@ -378,6 +319,11 @@ def _check_same_config(saved: dict[str, Any], fresh: Table, root: Path) -> None:
         saved["sampler"]
     ) is not type(wanted["sampler"]):
         raise ValueError(f"sampler: {root} holds a table with another sampler or settings")
+    if saved["rate_limiter"].config() != wanted["rate_limiter"].config():
+        raise ValueError(
+            f"rate_limiter = {wanted['rate_limiter'].config()}: {root} holds a table with "
+            f"rate_limiter = {saved['rate_limiter'].config()} (its counts belong to that limiter)"
+        )
 
 
 class Journaled:
