@@ -236,6 +236,12 @@ def test_replay_metrics_reach_trl_logs(tmp_path: Path):
         assert key in logged, key
     assert logged["replay/buffer/size"] == 32
     assert logged["replay/rollouts_trained"] == 2 * logged["replay/rollouts_generated"]
+    # the method's signals: TRL's own learner statistics, one record per optimizer step
+    assert logged["replay/signals/steps"] == trainer.state.global_step
+    assert logged["replay/signals/rounds"] == logged["replay/rounds"]
+    assert np.isfinite(logged["replay/signals/entropy"])
+    assert trainer.pipeline.signals.mu is not None  # set from the meter at the last round
+    assert np.isfinite(trainer.pipeline.signals.step["entropy"])
 
 
 def test_zero_variance_slots_are_logged(tmp_path: Path):

@@ -40,21 +40,27 @@ def test_optimal_ratio_solves_the_rule_with_steps_per_round() -> None:
     assert optimal_ratio(5.0, 0.0, 1.0, 8.0) == 40.0
 
 
+def observe(method: AutoReplay, sample: Sample, metrics: dict[str, float]) -> None:
+    """What the pipeline does after a step: the signals record it, then the method sees it."""
+    method.context.signals.record_step(sample, metrics)
+    method.observe_step(sample, metrics)
+
+
 def test_auto_uses_the_prior_until_it_has_measured_then_follows_the_run() -> None:
     context = MethodContext(batch_size=16, rollouts_per_step=16)
     auto = AutoReplay(AutoConfig(rho=1.0, horizon=8, max_ratio=8), context)
     assert auto.choose_ratio(5.0) == pytest.approx(5.0 / 1.125)  # the prior
     for age in range(1, 7):  # barely stale: KL grows 0.001 per step, 3-token completions
-        auto.observe_step(aged_sample(age, 3), {"loss/kl_behaviour": 0.001 * age})
+        observe(auto, aged_sample(age, 3), {"loss/kl_behaviour": 0.001 * age})
     per_step = 2 * 3 * 0.001
     assert auto.metrics()["replay/auto_rho_per_step"] == pytest.approx(per_step, rel=1e-6)
     y = auto.choose_ratio(5.0)
     assert y == pytest.approx(min(8.0, optimal_ratio(5.0, per_step, 1.0, 8.0)))
     assert y == 8.0 and auto.metrics()["replay/auto_rho"] == pytest.approx(per_step * y)
     for age in range(1, 200):  # now very stale: the estimate follows and y falls
-        auto.observe_step(aged_sample(age, 3), {"loss/kl_behaviour": 0.2 * age})
+        observe(auto, aged_sample(age, 3), {"loss/kl_behaviour": 0.2 * age})
     assert 1.0 <= auto.choose_ratio(5.0) < 2.0
     fixed = AutoReplay(AutoConfig(rho=1.0, rho_online=False), context)
     for age in range(1, 7):
-        fixed.observe_step(aged_sample(age, 3), {"loss/kl_behaviour": 0.001 * age})
+        observe(fixed, aged_sample(age, 3), {"loss/kl_behaviour": 0.001 * age})
     assert fixed.choose_ratio(5.0) == pytest.approx(5.0 / 1.125)

@@ -20,6 +20,7 @@ from llm_replay.cli import main
 from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
 from tests.conftest import ROOT, tiny_config, tiny_sets
+from tests.runtime.test_sync import AUTO_MEASURED_MU, assert_auto_followed_the_measured_mu
 from tests.runtime.test_threaded import assert_checkpoint_loses_and_doubles_nothing
 
 ray = pytest.importorskip("ray")
@@ -191,3 +192,18 @@ def test_two_durable_shards_survive_a_killed_shard_and_a_killed_worker(tmp_path:
     summary = build_trainer(resumed).run(resume=True)
     assert summary["iterations"] == 5 and summary["steps"] == 10
     assert_checkpoint_loses_and_doubles_nothing(tmp_path / "checkpoint", resumed)
+
+
+def test_auto_with_measured_mu_replays_on_ray(tmp_path: Path) -> None:
+    """The driver's meter has μ; the learner actor's method gets it with every iteration (it
+    used to see none under Ray, and `auto` never replayed there)."""
+    config = tiny_config(
+        ROOT / "configs/replay_auto.yaml",
+        tmp_path,
+        "train.iterations=3",
+        "runtime=ray",
+        *RAY_CPUS,
+        *AUTO_MEASURED_MU,
+    )
+    build_trainer(config).run()
+    assert_auto_followed_the_measured_mu(tmp_path)

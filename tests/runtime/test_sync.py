@@ -197,3 +197,32 @@ def test_auto_at_low_mu_trains_on_policy(tmp_path: Path) -> None:
     assert all(r["replay/auto_ratio"] == 1.0 and r["train/age_max"] == 0 for r in log)
     assert trainer.meter.counts["rollouts_trained"] == trainer.meter.counts["rollouts_generated"]
     assert log[-1]["buffer/size"] == 3 * 16  # kept for when reuse starts to pay
+
+
+# auto with no μ configured reads the run's measured μ from its signals: with ρ = 0 and a long
+# horizon, y = clip(μ·x, 1, max_ratio) > 1 as soon as μ is measured (the first round has none)
+AUTO_MEASURED_MU = (
+    "replay.mu=null",
+    "replay.rho=0.0",
+    "replay.rho_online=false",
+    "replay.horizon=100",
+)
+
+
+def assert_auto_followed_the_measured_mu(run_dir: Path) -> None:
+    """The first round has no μ yet (y = 1); later rounds replay at the measured μ; and the
+    learner's statistics reached the method's signals at every step."""
+    log = [r for r in read_log(run_dir) if r["kind"] == "train"]
+    assert log[0]["replay/auto_ratio"] == 1.0
+    assert any(r["replay/auto_ratio"] > 1.0 for r in log[1:]), [r["replay/auto_ratio"] for r in log]
+    assert log[-1]["signals/steps"] == log[-1]["steps"]
+    assert log[-1]["signals/rounds"] == len(log)
+    assert np.isfinite(log[-1]["signals/kl_behaviour"]) and "signals/round_entropy" in log[-1]
+
+
+def test_auto_with_measured_mu_replays_in_the_sync_loop(tmp_path: Path) -> None:
+    config = tiny_config(
+        ROOT / "configs/replay_auto.yaml", tmp_path, "train.iterations=3", *AUTO_MEASURED_MU
+    )
+    SyncTrainer(config).run()
+    assert_auto_followed_the_measured_mu(tmp_path)

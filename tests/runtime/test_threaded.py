@@ -19,6 +19,7 @@ from llm_replay.runtime import build_trainer
 from llm_replay.runtime.rollouts import RolloutMaker
 from llm_replay.runtime.threaded import ThreadedTrainer, WorkerError
 from tests.conftest import ROOT, tiny_config, tiny_sets
+from tests.runtime.test_sync import AUTO_MEASURED_MU, assert_auto_followed_the_measured_mu
 
 UNIFORM = ROOT / "configs" / "replay_uniform.yaml"
 
@@ -202,3 +203,15 @@ def test_eval_reads_a_threaded_checkpoint(tmp_path: Path) -> None:
     assert main(args) == 0
     metrics = json.loads((tmp_path / "eval.json").read_text())
     assert metrics["eval/accuracy"] == pytest.approx(summary["final_accuracy"])
+
+
+def test_auto_with_measured_mu_replays_threaded(tmp_path: Path) -> None:
+    config = tiny_config(
+        ROOT / "configs/replay_auto.yaml",
+        tmp_path,
+        "train.iterations=3",
+        "runtime=threaded",
+        *AUTO_MEASURED_MU,
+    )
+    build_trainer(config).run()
+    assert_auto_followed_the_measured_mu(tmp_path)

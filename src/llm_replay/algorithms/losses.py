@@ -318,4 +318,6 @@ def policy_loss(
         metrics["loss/ratio_max"] = float((parts["ratio"].detach() * mask).max())
     log_ratio = inputs.log_ratio.detach().clamp(-20.0, 20.0)  # a floored token stays finite
     metrics["loss/kl_behaviour"] = float(((torch.exp(-log_ratio) - 1 + log_ratio) * mask).sum() / n)
+    metrics["loss/sampled_nll"] = float(-(logprobs.detach() * mask).sum() / n)
+    metrics["loss/log_ratio_m2"] = float((log_ratio.square() * mask).sum() / n)  # M2PO's
     return loss, metrics

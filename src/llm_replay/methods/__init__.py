@@ -22,6 +22,7 @@ from llm_replay.methods.base import (
 )
 from llm_replay.methods.pipeline import ReplayPipeline
 from llm_replay.methods.registry import METHODS, OPTIONS, describe, method_class
+from llm_replay.methods.signals import RoundStats, RunSignals
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
@@ -36,6 +37,8 @@ __all__ = [
     "OptionConfig",
     "ReplayMethod",
     "ReplayPipeline",
+    "RoundStats",
+    "RunSignals",
     "TableReplay",
     "describe",
     "method_class",

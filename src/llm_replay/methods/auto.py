@@ -2,7 +2,7 @@
 
 y* = μ / (ρ + 1/x): reuse grows with μ (generation cost / training cost per rollout) and shrinks
 with the staleness cost ρ; x = N/R is the buffer's horizon in rounds. μ is the run's measured
-value (or `replay.mu`, to plan for other hardware) and is re-read every round, so y follows μ as
+value (from the run's signals, or `replay.mu` to plan for other hardware) and is re-read every round, so y follows μ as
 it changes. y is clipped to [1, max_ratio]: below 1 the learner would skip fresh data, which no
 compute saving justifies; at y = 1 it trains on exactly the fresh rollouts, on-policy.
 
@@ -15,7 +15,8 @@ sample size falls as exp(−2·L·k·a) (the same ESS argument as FreshPER's dec
 the share of a rollout's worth lost per learner step of age. A round takes y·R/B steps, so
 ρ = ρ_step · y·R/B per round of age, and the rule becomes ρ_step·(R/B)·y² + y/x − μ = 0, solved
 for its positive root. While y = 1 no trained rollout is stale, nothing is measured, and the prior
-stands; the TRL front end does not report steps back, so there too the prior stands.
+stands. The KL, age and length come from the run's signals (`methods.signals`); TRL reports no
+behaviour KL, so under TRL too the prior stands.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class AutoReplay(TableReplay):
     description = "Uniform replay with y = clip(μ / (ρ + 1/x), 1, max_ratio), re-chosen each round."
     paper = "Compute-optimal replay for LLM RL (the y* rule), arXiv 2604.08706"
     Config = AutoConfig
+    async_batches = "rounds"  # composes its own batches each round
 
     def __init__(self, settings: MethodConfig, context: Any) -> None:
         super().__init__(settings, context)
@@ -140,16 +142,16 @@ class AutoReplay(TableReplay):
         return y
 
     def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
-        kl = metrics.get("loss/kl_behaviour")
-        if kl is None or len(sample) == 0:
-            return
-        length = float(sample.completion_lengths.mean())
-        self.staleness.observe(float(sample.ages.mean()), float(kl), length)
+        step = self.context.signals.step  # this step's statistics, recorded just before
+        if "kl_behaviour" in step and "age_mean" in step:
+            self.staleness.observe(
+                step["age_mean"], step["kl_behaviour"], step["completion_length"]
+            )
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
         s = self.settings
         assert isinstance(s, AutoConfig)
-        self.ratio = self.choose_ratio(s.mu if s.mu is not None else self.mu_source())
+        self.ratio = self.choose_ratio(s.mu if s.mu is not None else self.context.signals.mu)
         if self.ratio > 1.0:
             yield from self.draw(fresh, self.ratio)
             return

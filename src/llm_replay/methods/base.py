@@ -8,15 +8,19 @@ trainer all drive a method through this interface and nothing else:
 
 - `batches(fresh)` once per round, a gradient step per yielded sample, `observe_step(sample,
   metrics)` with the learner's metrics for it and `set_policy_version` after each step;
+- the run's signals (μ, learner statistics, fresh rounds) through `context.signals`, fed by the
+  front end (`methods.signals`), never patched in;
 - `restart_due()` after a round (RLEP restarts from the base model);
 - `metrics()`, `save(dir)` / `load(dir)` for logs and checkpoints.
 
-How a method runs asynchronously is derived from what it does, not listed by hand: a method whose
-batches are the plain credit-based draws of `TableReplay` is a table that generation workers fill
-and the learner samples ("table" mode, rate-limited at its samples-per-insert); any other method
-needs each round of fresh groups, so workers deliver rounds to an intake queue and the learner
-composes batches from them ("rounds" mode). A method that cannot run asynchronously says why in
-`async_refusal`.
+How a method runs asynchronously is declared by the method (`async_batches`): "table" for a
+method whose batches are the plain credit-based draws of `TableReplay`, a table that generation
+workers fill and the learner samples, rate-limited at its samples-per-insert; "rounds" for one
+that needs each round of fresh groups, so workers deliver rounds to an intake queue and the
+learner composes batches from them. "table" skips the method's `batches`, so a method that
+declares it and overrides `batches` is refused when its class is defined (it used to be inferred
+from that override, which silently switched modes). A method that cannot run asynchronously says
+why in `async_refusal`.
 
 A `MethodOption` is a transform of each fresh round that any method it applies to can turn on
 (`replay.<option>.enabled: true`).
@@ -27,12 +31,13 @@ from __future__ import annotations
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from llm_replay.buffer import RateLimiter, ReplayTable, Sample
+from llm_replay.methods.signals import RunSignals
 from llm_replay.rollout import RolloutBatch
 
 TABLE_DIR = "table"
@@ -72,13 +77,15 @@ class MethodConfig:
 
 @dataclass(frozen=True)
 class MethodContext:
-    """What a method needs to know of the rest of the run."""
+    """What a method needs to know of the rest of the run: its shape, and the run's signals
+    (`methods.signals`), which the front end that hosts the method keeps up to date."""
 
     batch_size: int
     rollouts_per_step: int
     group_size: int = 8
     seed: int = 0
     advantage: str = "grpo"
+    signals: RunSignals = field(default_factory=RunSignals, compare=False)
 
 
 def queue_table(context: MethodContext) -> ReplayTable:
@@ -98,6 +105,7 @@ class ReplayMethod(ABC):
     description: ClassVar[str]
     paper: ClassVar[str]
     Config: ClassVar[type[MethodConfig]] = MethodConfig
+    async_batches: ClassVar[AsyncMode] = "rounds"  # how it runs asynchronously (module docstring)
     consumes_rollouts: ClassVar[bool] = False  # every rollout is trained on exactly once
     restarts: bool = False  # may ask the caller to restart from the base model (`restart_due`)
     trains_fresh_groups: ClassVar[bool] = False  # a round's fresh groups are its batches
@@ -108,7 +116,6 @@ class ReplayMethod(ABC):
         self.settings = settings
         self.context = context
         self.table = self.build_table()
-        self.mu_source: Callable[[], float | None] = lambda: None
 
     @abstractmethod
     def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
@@ -120,9 +127,18 @@ class ReplayMethod(ABC):
         """The samples to train on for one round of fresh rollouts."""
 
     # ------------------------------------------------------------------ asynchronous runs
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table = globals().get("TableReplay")  # None while TableReplay itself is being defined
+        if cls.async_batches == "table" and table is not None and cls.batches is not table.batches:
+            raise TypeError(
+                f"{cls.__name__}: async_batches = 'table' skips batches(), which it overrides; "
+                "declare async_batches = 'rounds'"
+            )
+
     @classmethod
     def async_mode(cls) -> AsyncMode:
-        return "table" if cls.batches is TableReplay.batches else "rounds"
+        return cls.async_batches
 
     @classmethod
     def async_refusal(cls, settings: MethodConfig) -> str | None:
@@ -205,6 +221,8 @@ class RatioKnobs(TableKnobs):
 class TableReplay(ReplayMethod):
     """Insert the round, then draw `batch_size` rollouts for every `batch_size` of credit; the
     credit grows by y per rollout added, so fractional steps carry over between rounds."""
+
+    async_batches: ClassVar[AsyncMode] = "table"
 
     def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
         super().__init__(settings, context)

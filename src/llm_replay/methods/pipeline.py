@@ -1,9 +1,11 @@
 """`ReplayPipeline`: a method plus the options turned on for it — the one object a front end drives.
 
 Every front end (the sync loop, the asynchronous learners, the TRL trainer) holds a pipeline and
-calls, per round of fresh rollouts, `batches(fresh)`; after each gradient step,
-`set_policy_version`; after the round, `restart_due()`. Options transform the round before the
-method sees it (`prepare`), in the order they were registered.
+calls, per round of fresh rollouts, `batches(fresh)`; after each gradient step, `observe_step`
+and `set_policy_version`; after the round, `restart_due()`; and `signals.set_mu` with the run's
+measured μ before a round. The pipeline feeds the method's `RunSignals` from these calls.
+Options transform the round before the method sees it (`prepare`), in the order they were
+registered.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ReplayPipeline:
                 )
         self.method = method
         self.options = list(options)
+        self.signals = method.context.signals
         self.version_offset = 0  # the source table's version when started from one (init_from)
         self.preloaded = 0
 
@@ -77,6 +80,7 @@ class ReplayPipeline:
         return fresh
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
+        self.signals.record_round(fresh)
         fresh = self.prepare(fresh)
         if self.version_offset:
             fresh = dataclasses.replace(
@@ -105,9 +109,13 @@ class ReplayPipeline:
         return self.preloaded
 
     def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
+        """After each gradient step: the signals record the learner's statistics, then the
+        method sees them (a method whose table lives elsewhere, "table" mode, is not called)."""
+        self.signals.record_step(sample, metrics)
         self.method.observe_step(sample, metrics)
 
     def set_policy_version(self, version: int) -> None:
+        self.signals.set_policy_version(version + self.version_offset)
         self.method.set_policy_version(version + self.version_offset)
         for option in self.options:
             option.set_policy_version(version + self.version_offset)
@@ -116,7 +124,7 @@ class ReplayPipeline:
         return self.method.restart_due()
 
     def metrics(self) -> dict[str, float]:
-        out = self.method.metrics()
+        out = {**self.method.metrics(), **self.signals.metrics()}
         if self.preloaded:
             out["replay/preloaded"] = float(self.preloaded)
         for option in self.options:
@@ -125,7 +133,11 @@ class ReplayPipeline:
 
     def save(self, directory: Path) -> None:
         self.method.save(directory)
-        state = {"version_offset": self.version_offset, "preloaded": self.preloaded}
+        state = {
+            "version_offset": self.version_offset,
+            "preloaded": self.preloaded,
+            "signals": self.signals.state(),
+        }
         (directory / PIPELINE_FILE).write_text(json.dumps(state))
         for option in self.options:
             target = directory / OPTIONS_DIR / option.name
@@ -138,5 +150,7 @@ class ReplayPipeline:
             state = json.loads((directory / PIPELINE_FILE).read_text())
             self.version_offset = int(state["version_offset"])
             self.preloaded = int(state["preloaded"])
+            if "signals" in state:  # absent in checkpoints from before the signals
+                self.signals.load_state(state["signals"])
         for option in self.options:
             option.load(directory / OPTIONS_DIR / option.name)

@@ -147,8 +147,10 @@ class AsyncLearner:
         self.steps_per_iteration = steps_per_iteration(config)
         self.publish_every = config.workers.publish_every
 
-    def iteration(self) -> list[dict[str, float]]:
-        """One logged iteration: `steps_per_iteration` draws ("table") or one round ("rounds")."""
+    def iteration(self, mu: float | None = None) -> list[dict[str, float]]:
+        """One logged iteration: `steps_per_iteration` draws ("table") or one round ("rounds");
+        `mu` is the run's measured μ, for the method's signals."""
+        self.pipeline.signals.set_mu(mu)
         if self.mode == "table":
             return [
                 self._step(*self.client.sample(self.batch_size))
@@ -171,8 +173,10 @@ class AsyncLearner:
         step = self.learner.step(sample)
         trained = time.perf_counter()
         version = self.learner.version
-        if self.mode == "table":
+        if self.mode == "table":  # the table and the method's state live with the workers' table
             self.client.set_policy_version(version)
+            self.pipeline.signals.record_step(sample, step)
+            self.pipeline.signals.set_policy_version(version)
         else:
             self.pipeline.observe_step(sample, step)
             self.pipeline.set_policy_version(version)

@@ -7,6 +7,7 @@ see `llm_replay.buffer.checkpoint` for what survives a crash at each step)::
     optimizer.safetensors  per-parameter optimizer tensors, keyed "<param index>.<name>"
     optimizer.json         param_groups and the non-tensor per-parameter state
     rng.safetensors        the generator's torch RNG state
+    signals.json           the method's run signals, where they live with the learner (async)
     state.json             loop counters, compute meter, evaluation history
     replay/                the replay method's table(s), pool and state (and, asynchronous
                            runs, the shared table or intake queue in replay/table)
@@ -28,6 +29,9 @@ from llm_replay.buffer.checkpoint import (
     resolve_checkpoint,
     verify_checkpoint,
 )
+from llm_replay.methods.signals import RunSignals
+
+SIGNALS_FILE = "signals.json"
 
 
 def save_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
@@ -63,12 +67,20 @@ def load_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
 
 
 def save_learner_files(
-    directory: Path, *, model: Any, optimizer: torch.optim.Optimizer, rng: torch.Generator
+    directory: Path,
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    rng: torch.Generator,
+    signals: RunSignals | None = None,
 ) -> None:
-    """The learner's part of a checkpoint (weights, optimizer, sampling RNG) into `directory`."""
+    """The learner's part of a checkpoint (weights, optimizer, sampling RNG, and the method's
+    signals where they live with the learner, as in the asynchronous runtimes) into `directory`."""
     save_model(model, str(directory / "model.safetensors"))
     save_optimizer(optimizer, directory)
     save_file({"generator": rng.get_state()}, str(directory / "rng.safetensors"))
+    if signals is not None:
+        (directory / SIGNALS_FILE).write_text(json.dumps(signals.state()))
 
 
 def write_checkpoint(
@@ -139,22 +151,43 @@ def _names(kind: type | tuple[type, ...]) -> str:
 
 
 def load_training_checkpoint(
-    target: Path, *, model: Any, optimizer: torch.optim.Optimizer, rng: torch.Generator
+    target: Path,
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    rng: torch.Generator,
+    signals: RunSignals | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Restore model, optimizer and RNG in place; returns the checkpoint actually read (see
-    `open_checkpoint`) and its loop state (the replay state is in `<that path>/replay`)."""
+    """Restore model, optimizer, RNG (and signals) in place; returns the checkpoint actually
+    read (see `open_checkpoint`) and its loop state (the replay state is in
+    `<that path>/replay`)."""
     source, state = open_checkpoint(target)
     check_state(source, state, LOOP_STATE)
-    load_learner_files(source, model=model, optimizer=optimizer, rng=rng)
+    load_learner_files(source, model=model, optimizer=optimizer, rng=rng, signals=signals)
     return source, state
 
 
 def load_learner_files(
-    source: Path, *, model: Any, optimizer: torch.optim.Optimizer, rng: torch.Generator
+    source: Path,
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    rng: torch.Generator,
+    signals: RunSignals | None = None,
 ) -> None:
     """The learner's part of a checkpoint `open_checkpoint` already resolved and verified (the
-    mirror of `save_learner_files`); any unusable file is a CheckpointError naming it."""
+    mirror of `save_learner_files`; signals are optional, absent from older checkpoints); any
+    unusable file is a CheckpointError naming it."""
+    loads: list[tuple[str, Callable[[], Any]]] = []
+    if signals is not None and (source / SIGNALS_FILE).is_file():
+        loads.append(
+            (
+                SIGNALS_FILE,
+                lambda: signals.load_state(json.loads((source / SIGNALS_FILE).read_text())),
+            )
+        )
     for name, load in (
+        *loads,
         ("model.safetensors", lambda: _load_model(model, source)),
         ("optimizer.safetensors", lambda: load_optimizer(optimizer, source)),
         (

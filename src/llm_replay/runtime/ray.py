@@ -310,7 +310,7 @@ class RayTrainer(RunLoop):
     def train_iteration(self) -> dict[str, Any]:
         self._start()
         self._supervise()
-        raw, method_metrics = self._wait_for(self.learner.train_iteration.remote())
+        raw, method_metrics = self._wait_for(self.learner.train_iteration.remote(self.meter.mu))
         steps = account_learner_steps(raw, self.meter, self.clock)
         self._steps += len(steps)
         self.iteration += 1

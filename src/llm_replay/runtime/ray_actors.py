@@ -223,11 +223,14 @@ class LearnerActor:
     def latest_weights(self) -> tuple[int, list[Any]]:
         return self.weights.latest
 
-    def train_iteration(self) -> tuple[list[dict[str, float]], dict[str, float]]:
-        """One iteration's raw steps (with accounting fields) and the method's metrics."""
-        steps = self.core.iteration()
+    def train_iteration(
+        self, mu: float | None = None
+    ) -> tuple[list[dict[str, float]], dict[str, float]]:
+        """One iteration's raw steps (with accounting fields) and the method's metrics; `mu` is
+        the run's measured μ (the driver's meter has it), for the method's signals."""
+        steps = self.core.iteration(mu)
         rounds = self.replay.async_mode() == "rounds"
-        return steps, (self.replay.metrics() if rounds else {})
+        return steps, (self.replay.metrics() if rounds else self.replay.signals.metrics())
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         self.generator.policy_version = self.learner.version
@@ -239,6 +242,7 @@ class LearnerActor:
             model=self.policy.model,
             optimizer=self.learner.optimizer,
             rng=self.generator.rng,
+            signals=self.replay.signals,
         )
 
     def save_method(self, directory: str) -> bool:
@@ -256,6 +260,7 @@ class LearnerActor:
             model=self.policy.model,
             optimizer=self.learner.optimizer,
             rng=self.generator.rng,
+            signals=self.replay.signals,
         )
         self.learner.version = version
         if self.replay.async_mode() == "rounds":

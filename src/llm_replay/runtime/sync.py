@@ -61,7 +61,6 @@ class SyncTrainer(RunLoop):
         self.evaluator = self.policy.evaluator(self.generator, scorer=self.scorer)
         self.replay = build_replay(config)
         self.meter = ComputeMeter(parameters=self.policy.parameters)
-        self.replay.method.mu_source = lambda: self.meter.mu
         # only a method that restarts from the base weights pays for a second copy of them
         self.base_state = (
             {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -147,6 +146,7 @@ class SyncTrainer(RunLoop):
 
     def train_iteration(self) -> dict[str, Any]:
         fresh, record = self.generate_rollouts()
+        self.replay.signals.set_mu(self.meter.mu)
         steps: list[dict[str, float]] = []
         with self.meter.time("training"):
             for sample in self.replay.batches(fresh):

@@ -190,7 +190,6 @@ class ThreadedTrainer(RunLoop):
         self.evaluator = self.policy.evaluator(self.generator)
         self.replay = build_replay(config)
         self.meter = ComputeMeter(parameters=self.policy.parameters)
-        self.replay.method.mu_source = lambda: self.meter.mu
         self.plan = WorkPlan(config.generation.prompts_per_step)
         self._set_table(build_async_table(config, self.replay))
         self.weights = InProcessWeights(
@@ -286,7 +285,9 @@ class ThreadedTrainer(RunLoop):
         self._start_workers()
         self._raise_if_failed()
         try:
-            raw = self.core.iteration()
+            with self._lock:
+                mu = self.meter.mu
+            raw = self.core.iteration(mu)
         except TableClosed:
             self._raise_if_failed()
             raise
@@ -297,6 +298,8 @@ class ThreadedTrainer(RunLoop):
         record: dict[str, Any] = summarise_steps(fresh, steps)
         if self.replay.async_mode() == "rounds":
             record.update(self.replay.metrics())
+        else:  # the method's table is the workers' (async_metrics); its signals are here
+            record.update(self.replay.signals.metrics())
         record.update(self.async_metrics())
         return record
 
@@ -350,6 +353,7 @@ class ThreadedTrainer(RunLoop):
                 model=self.model,
                 optimizer=self.learner.optimizer,
                 rng=self.generator.rng,
+                signals=self.replay.signals,
             )
 
         return write_checkpoint(
@@ -365,6 +369,7 @@ class ThreadedTrainer(RunLoop):
             model=self.model,
             optimizer=self.learner.optimizer,
             rng=self.generator.rng,
+            signals=self.replay.signals,
         )
         if "work_plan" not in state:
             raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")

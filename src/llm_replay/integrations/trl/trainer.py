@@ -87,13 +87,13 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if a.replay.init_from is not None:  # replay_knobs: {"init_from": DIR}
             self.pipeline.preload(ReplayTable.read(a.replay.init_from))
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
-        self.pipeline.method.mu_source = lambda: self.meter.mu
         self.last_round_reward = float("nan")
         self.rounds = 0
         self._round: Iterator[Sample] | None = None
         self._rewards: torch.Tensor | None = None
         self._generation_seconds = 0.0
         self.last_draw: dict[str, float] = {}
+        self.last_sample: Sample | None = None
         self.add_callback(_StepTimer(self))
 
     # ------------------------------------------------------------------ TRL hooks (each calls super)
@@ -129,7 +129,9 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 sample = next(self._round, None)
                 if sample is not None:
                     return self._micro_batch(sample)
-            self._round = self.pipeline.batches(self._fresh_round(generation_batch))
+            fresh = self._fresh_round(generation_batch)
+            self.pipeline.signals.set_mu(self.meter.mu)
+            self._round = self.pipeline.batches(fresh)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
@@ -244,6 +246,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             completion_tokens_trained=completion,
             gradient_steps=0,
         )
+        self.last_sample = sample
         self.last_draw = {
             "replay/age_mean": float(sample.ages.mean()),
             "replay/age_max": float(sample.ages.max()),
@@ -272,6 +275,22 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         return out
 
 
+TRL_STEP_METRICS = {  # TRL's metric: ours (what the method's signals read)
+    "entropy": "loss/entropy",
+    "clip_ratio/region_mean": "loss/clip_fraction",
+}
+
+
+def trl_step_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
+    """The last optimizer step's learner statistics from TRL's metrics, under our names. TRL
+    reports no behaviour KL or ratio moments, so those are absent from the signals under TRL."""
+    return {
+        ours: float(metrics[theirs][-1])
+        for theirs, ours in TRL_STEP_METRICS.items()
+        if metrics.get(theirs)
+    }
+
+
 class _StepTimer(TrainerCallback):
     """Charges each optimizer step's wall time, less the generation inside it, to training, and
     adds the method's metrics to TRL's logged metrics on every step."""
@@ -290,5 +309,7 @@ class _StepTimer(TrainerCallback):
         generation = t._generation_seconds - self.generation_before
         t.meter.add_seconds("training", max(0.0, time.perf_counter() - self.started - generation))
         t.meter.add(gradient_steps=1)
+        if t.last_sample is not None:
+            t.pipeline.observe_step(t.last_sample, trl_step_metrics(t._metrics["train"]))
         for key, value in t.replay_metrics().items():
             t._metrics["train"][key] = [value]  # a running total: log the latest, not a mean

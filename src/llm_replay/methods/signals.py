@@ -1,0 +1,218 @@
+"""What a method sees of the run it is in: μ, the policy version, the learner's statistics per
+step and the fresh groups per round.
+
+Every front end (the sync loop, the threaded and Ray learners, the TRL trainer) owns one
+`RunSignals` and hands it to the method when it is built (`MethodContext.signals`); it feeds the
+signals through this public interface, never by patching the method:
+
+- `set_mu(value)`: the compute meter's measured μ, each time it changes (under Ray the driver
+  sends it with every learner call, since the meter lives there);
+- `record_step(sample, metrics)`: after every gradient step, the learner's metrics for it;
+- `record_round(fresh)`: each round of fresh rollouts the method is given (the pipeline does
+  this in `batches`, so every front end that drives rounds feeds it alike);
+- `set_policy_version(version)`.
+
+A method reads `mu`, `policy_version`, `step` (the last step's statistics), `mean(key)` (their
+exponentially weighted means, half-life `HALF_LIFE` steps), `first(key)` (the first value seen,
+e.g. the starting entropy), `round` (the last round's statistics) and the `steps` / `rounds`
+counts. The statistics are plain floats under short names (`STEP_KEYS`, plus `age_mean`,
+`replayed_fraction`, `stale_fraction` and `completion_length` from the trained sample), so a
+method does not depend on the learner's metric names; a statistic the learner did not report
+this step (entropy without an entropy bonus, the clip fraction of a loss that does not clip, the
+behaviour KL under TRL) is absent. `log_ratio_m2` is M2PO's second moment of the log importance
+ratio over every trained token; fresh rows add about nothing to it, so over the stale rows alone
+it is about `log_ratio_m2 / stale_fraction`. `sampled_nll` (the trained tokens' mean negative
+log-probability under the current policy) and a round's `entropy` (the same under the behaviour
+policy) are one-sample estimates of the policy's entropy that cost nothing extra.
+
+`metrics()` puts their weighted means in the run's log as `signals/...`, so what a method saw
+can be plotted beside what it did.
+
+Decisions: the signals hold summaries, not rollouts (the table holds those); their state is
+saved with the method's so that a resumed run's method reads what the uninterrupted one would.
+A round's pass rates are per group, with a stable per-prompt key (a hash of its prompt tokens),
+so a method can follow prompts that recur across rounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llm_replay.buffer import Sample
+from llm_replay.rollout import RolloutBatch
+
+HALF_LIFE = 10.0
+STEP_KEYS = {  # short name: the learner's metric
+    "kl_behaviour": "loss/kl_behaviour",
+    "ratio_mean": "loss/ratio",
+    "ratio_max": "loss/ratio_max",
+    "clip_fraction": "loss/clip_fraction",
+    "log_ratio_m2": "loss/log_ratio_m2",
+    "entropy": "loss/entropy",
+    "sampled_nll": "loss/sampled_nll",
+    "grad_norm": "loss/grad_norm",
+    "loss": "loss/policy",
+}
+
+LOGGED = ("kl_behaviour", "entropy", "sampled_nll", "clip_fraction", "log_ratio_m2", "grad_norm")
+
+
+@dataclass
+class RoundStats:
+    """One round of fresh rollouts, summarised: per group (in group order), its prompt key, pass
+    rate and reward spread; and for the round, the mean reward, the share of groups whose
+    rewards are all equal (no signal under group baselines) and the sampled tokens' mean
+    negative log-probability under the behaviour policy (an unbiased estimate of its entropy)."""
+
+    group_ids: list[int] = field(default_factory=list)
+    prompt_keys: list[int] = field(default_factory=list)
+    pass_rates: list[float] = field(default_factory=list)
+    reward_mean: float = math.nan
+    zero_variance_share: float = math.nan
+    entropy: float = math.nan
+    rollouts: int = 0
+
+    @classmethod
+    def of(cls, fresh: RolloutBatch) -> RoundStats:
+        if len(fresh) == 0:
+            return cls()
+        groups, inverse = np.unique(fresh.group_ids, return_inverse=True)
+        passed = np.where(fresh.correct >= 0, fresh.correct > 0, fresh.rewards > 0).astype(float)
+        count = np.bincount(inverse, minlength=len(groups)).astype(float)
+        pass_rates = np.bincount(inverse, weights=passed, minlength=len(groups)) / count
+        low = np.full(len(groups), np.inf)
+        high = np.full(len(groups), -np.inf)
+        np.minimum.at(low, inverse, fresh.rewards)
+        np.maximum.at(high, inverse, fresh.rewards)
+        first_row = np.zeros(len(groups), dtype=np.int64)
+        first_row[inverse[::-1]] = np.arange(len(fresh))[::-1]
+        starts = np.concatenate([[0], np.cumsum(fresh.prompt_lengths, dtype=np.int64)])
+        tokens = fresh.behaviour_logprobs
+        return cls(
+            group_ids=[int(g) for g in groups],
+            prompt_keys=[
+                prompt_key(fresh.prompt_ids[starts[i] : starts[i + 1]]) for i in first_row
+            ],
+            pass_rates=[float(p) for p in pass_rates],
+            reward_mean=float(fresh.rewards.mean()),
+            zero_variance_share=float((high <= low).mean()),
+            entropy=float(-tokens.mean()) if tokens.size else math.nan,
+            rollouts=len(fresh),
+        )
+
+
+def prompt_key(tokens: np.ndarray) -> int:
+    """A stable 63-bit key of a prompt's token ids (the same in every process and run)."""
+    digest = hashlib.blake2b(np.ascontiguousarray(tokens, dtype=np.int64).tobytes(), digest_size=8)
+    return int.from_bytes(digest.digest(), "little") >> 1
+
+
+class RunSignals:
+    """The run's signals for one method (see the module docstring)."""
+
+    def __init__(self, half_life: float = HALF_LIFE) -> None:
+        self.decay = 0.5 ** (1.0 / half_life)
+        self.mu: float | None = None
+        self.policy_version = 0
+        self.steps = 0
+        self.rounds = 0
+        self.step: dict[str, float] = {}
+        self.round = RoundStats()
+        self._sums: dict[str, list[float]] = {}  # key: [weighted sum, weight]
+        self._first: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ fed by the front end
+    def set_mu(self, mu: float | None) -> None:
+        self.mu = None if mu is None or not math.isfinite(mu) else float(mu)
+
+    def set_policy_version(self, version: int) -> None:
+        self.policy_version = int(version)
+
+    def record_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
+        step = {
+            short: float(metrics[name])
+            for short, name in STEP_KEYS.items()
+            if name in metrics and math.isfinite(float(metrics[name]))
+        }
+        if len(sample):
+            step["age_mean"] = float(sample.ages.mean())
+            step["replayed_fraction"] = float((sample.times_sampled > 1).mean())
+            step["stale_fraction"] = float((sample.ages > 0).mean())
+            step["completion_length"] = float(sample.completion_lengths.mean())
+        for key, value in step.items():
+            total = self._sums.setdefault(key, [0.0, 0.0])
+            total[0] = self.decay * total[0] + value
+            total[1] = self.decay * total[1] + 1.0
+            self._first.setdefault(key, value)
+        self.step = step
+        self.steps += 1
+
+    def record_round(self, fresh: RolloutBatch) -> None:
+        self.round = RoundStats.of(fresh)
+        self.rounds += 1
+        for key, value in (
+            ("round_reward_mean", self.round.reward_mean),
+            ("round_entropy", self.round.entropy),
+            ("round_zero_variance_share", self.round.zero_variance_share),
+        ):
+            if math.isfinite(value):
+                self._first.setdefault(key, value)
+
+    # ------------------------------------------------------------------ read by the method
+    def mean(self, key: str) -> float | None:
+        """The exponentially weighted mean of a step statistic, or None before it was seen."""
+        total = self._sums.get(key)
+        return None if total is None or total[1] == 0 else total[0] / total[1]
+
+    def first(self, key: str) -> float | None:
+        """The first value seen of a step statistic or of `round_<stat>` (the run's start)."""
+        return self._first.get(key)
+
+    def metrics(self) -> dict[str, float]:
+        """What the signals hold, for the run's log (`signals/...`): the counts, the weighted
+        means of the learner's statistics, and the last round's summary."""
+        out = {"signals/steps": float(self.steps), "signals/rounds": float(self.rounds)}
+        for key in LOGGED:
+            value = self.mean(key)
+            if value is not None:
+                out[f"signals/{key}"] = value
+        if self.rounds:
+            for key in ("zero_variance_share", "entropy", "reward_mean"):
+                value = getattr(self.round, key)
+                if math.isfinite(value):
+                    out[f"signals/round_{key}"] = value
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def state(self) -> dict[str, Any]:
+        return {
+            "mu": self.mu,
+            "policy_version": self.policy_version,
+            "steps": self.steps,
+            "rounds": self.rounds,
+            "step": dict(self.step),
+            "round": {k: _json(v) for k, v in asdict(self.round).items()},
+            "sums": {k: list(v) for k, v in self._sums.items()},
+            "first": dict(self._first),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.mu = None if state["mu"] is None else float(state["mu"])
+        self.policy_version = int(state["policy_version"])
+        self.steps, self.rounds = int(state["steps"]), int(state["rounds"])
+        self.step = {str(k): float(v) for k, v in state["step"].items()}
+        saved: dict[str, Any] = {k: math.nan if v is None else v for k, v in state["round"].items()}
+        self.round = RoundStats(**saved)
+        self._sums = {str(k): [float(x) for x in v] for k, v in state["sums"].items()}
+        self._first = {str(k): float(v) for k, v in state["first"].items()}
+
+
+def _json(value: Any) -> Any:
+    """NaN as null: saved state is strict JSON."""
+    return None if isinstance(value, float) and math.isnan(value) else value
