@@ -2,7 +2,8 @@
 
 A runtime (`SyncTrainer`, `ThreadedTrainer`, `RayTrainer`) supplies one training iteration, an
 evaluation of the current weights, and checkpoint save/load; `RunLoop.run` turns those into a run
-that stops on its iteration or compute budget, evaluates on schedule, and writes `summary.json`.
+that stops on its iteration or compute budget, evaluates on schedule (`runtime/schedule.py`, the
+public schedule the TRL front end asks too), and writes `summary.json`.
 Keeping this in one place is what makes the three runtimes' logs and summaries comparable.
 
 Ctrl-C (SIGINT, on the main thread) is deferred: the first one lets the iteration and its
@@ -31,7 +32,7 @@ import yaml
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, MetricsLogger, truncate_log
-from llm_replay.metrics.compute import cost_on_basis
+from llm_replay.runtime.schedule import RunSchedule
 
 log = logging.getLogger(__name__)
 CHECKPOINT_DIR = "checkpoint"
@@ -66,6 +67,7 @@ class RunLoop:
         self.iteration = 0
         self.evals = []
         self.wall_start = time.perf_counter()
+        self.schedule = RunSchedule(config)
         self.eval_pending = False  # an evaluation was due at `iteration` and has not been logged
         self._stop_requested = False
         self._saved_at = -1  # the iteration of the last checkpoint this process wrote
@@ -99,24 +101,8 @@ class RunLoop:
         """Release what the runtime holds (reward threads, workers, actors); called once at the end."""
 
     # ------------------------------------------------------------------ the run
-    def _spent(self) -> float:
-        """Compute spent so far on `train.budget_basis` (the axis of budgets and eval intervals)."""
-        return cost_on_basis(self.config.train.budget_basis, self.meter.metrics())
-
-    def _done(self) -> bool:
-        t = self.config.train
-        if self.iteration >= t.iterations:
-            return True
-        if t.compute_seconds is not None and self.meter.total_seconds >= t.compute_seconds:
-            return True
-        return t.compute_budget is not None and self._spent() >= t.compute_budget
-
-    def _crossed(self, spent_before: float) -> bool:
-        """True when this iteration's compute crossed a multiple of `eval.every_compute`."""
-        step = self.config.eval.every_compute
-        return step is not None and int(self._spent() // step) > int(spent_before // step)
-
-    def _eval_record(self, logger: MetricsLogger) -> dict[str, Any]:
+    def record_evaluation(self, logger: MetricsLogger) -> dict[str, Any]:
+        """Evaluate the current weights, log the record and keep it for the summary."""
         self.eval_pending = True
         metrics = self.evaluate()
         record: dict[str, Any] = {
@@ -162,17 +148,17 @@ class RunLoop:
             self.close()
             raise
         logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
-        every, ckpt = self.config.eval.every, self.config.log.checkpoint_every
+        ckpt = self.config.log.checkpoint_every
         at_boundary = True
         self._saved_at = -1
         try:
             with self._deferred_interrupt():
                 if not self.evals or self.eval_pending:
-                    self._eval_record(logger)
+                    self.record_evaluation(logger)
                 self._stop_if_requested()
-                while not self._done():
+                while not self.schedule.done(self.iteration, self.meter):
                     at_boundary = False
-                    spent_before = self._spent()
+                    spent_before = self.schedule.spent(self.meter)
                     record = self.train_iteration()
                     record = {
                         "kind": "train",
@@ -183,15 +169,15 @@ class RunLoop:
                     }
                     logger.log(record)
                     at_boundary = True
-                    if self.iteration % every == 0 or self._done() or self._crossed(spent_before):
-                        record.update(self._eval_record(logger))
+                    if self.schedule.eval_due(self.iteration, spent_before, self.meter):
+                        record.update(self.record_evaluation(logger))
                     if ckpt and self.iteration % ckpt == 0:
                         self._checkpoint()
                     if on_iteration is not None:
                         on_iteration(self, record)
                     self._stop_if_requested()
                 if self.evals[-1]["iteration"] != self.iteration:
-                    self._eval_record(logger)
+                    self.record_evaluation(logger)
                 self._checkpoint()
                 summary = self.summary()
         except KeyboardInterrupt:

@@ -170,14 +170,14 @@ class TRLRun(RunLoop):
         (self.run_dir / "trl_args.json").write_text(self.trainer.args.to_json_string())
         logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
         try:
-            self._eval_record(logger)
+            self.record_evaluation(logger)
             self.trainer.add_callback(_RunLoopCallback(self, logger, on_iteration))
             self.trainer.train()
             if (
                 self.evals[-1]["iteration"] != self.iteration
                 or self.evals[-1]["steps"] != self.steps
             ):
-                self._eval_record(logger)
+                self.record_evaluation(logger)
             summary = self.summary()
         finally:
             logger.close()
@@ -195,7 +195,7 @@ class _RunLoopCallback(TrainerCallback):
         self.last_eval_iteration = 0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.spent_before = self.run._spent()
+        self.spent_before = self.run.schedule.spent(self.run.meter)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         run = self.run
@@ -211,14 +211,17 @@ class _RunLoopCallback(TrainerCallback):
             "wall_seconds": time.perf_counter() - run.wall_start,
         }
         self.logger.log(record)
-        every = run.config.eval.every
-        due = run.iteration != self.last_eval_iteration and run.iteration % every == 0
-        if due or run._done() or run._crossed(self.spent_before):
-            record.update(run._eval_record(self.logger))
+        schedule, meter = run.schedule, run.meter
+        # several optimizer steps train one round: its iteration's evaluation comes once
+        new_round = run.iteration != self.last_eval_iteration
+        if (new_round and run.iteration % run.config.eval.every == 0) or (
+            schedule.done(run.iteration, meter) or schedule.crossed(self.spent_before, meter)
+        ):
+            record.update(run.record_evaluation(self.logger))
             self.last_eval_iteration = run.iteration
         if self.on_iteration is not None:
             self.on_iteration(run, record)
-        if run._done():
+        if schedule.done(run.iteration, meter):
             control.should_training_stop = True
 
 
