@@ -95,3 +95,27 @@ def test_bad_files(tmp_path: Path) -> None:
 def test_round_trip_through_dict() -> None:
     config = load_config(PRESETS[0])
     assert config_from_dict(config.to_dict()) == config
+
+
+def test_a_loss_takes_its_own_knobs_beside_it_and_refuses_another_losses() -> None:
+    config = load_config(None, ["algorithm.loss=cispo", "algorithm.clip_high=0.5"])
+    assert config.algorithm.build_loss().clip_epsilons() == (1.0, 0.5)
+    assert config.to_dict()["algorithm"] == {
+        "advantage": "grpo",
+        "loss": "cispo",
+        "clip_low": None,
+        "clip_high": 0.5,
+        "aggregation": "token_mean",
+        "kl_coef": 0.0,
+        "entropy_coef": 0.0,
+        "use_sampling_weights": False,
+    }
+    assert config_from_dict(config.to_dict()).algorithm == config.algorithm
+    with pytest.raises(ConfigError, match=r"^algorithm\.tis_cap: a knob of loss \['tis'\], not of"):
+        load_config(None, ["algorithm.tis_cap=3"])
+    with pytest.raises(ConfigError, match=r"did you mean 'algorithm\.shaping_beta'"):
+        load_config(None, ["algorithm.loss=exgrpo", "algorithm.shaping_bta=0.2"])
+    with pytest.raises(ConfigError, match=r"^algorithm\.icepop_beta = 0\.5: must be > 1"):
+        load_config(None, ["algorithm.loss=icepop", "algorithm.icepop_beta=0.5"])
+    with pytest.raises(ConfigError, match=r"^algorithm\.advantage = 'grpo': loss 'asymre' needs"):
+        load_config(None, ["algorithm.loss=asymre"])

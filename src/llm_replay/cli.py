@@ -1,5 +1,5 @@
-"""`llm-replay train | eval | compare | report | methods | inspect | rescore | demo`: the terminal
-front end (the library itself only logs).
+"""`llm-replay train | eval | compare | report | methods | losses | inspect | rescore | demo`: the
+terminal front end (the library itself only logs).
 
 Errors a user can fix (bad config, bad dataset row, missing model, broken checkpoint) are printed
 as one line naming the field, with exit status 2 — no traceback.
@@ -80,6 +80,37 @@ def cmd_methods(args: argparse.Namespace) -> int:
             entry["paper"],
             "yes" if entry["supports_async"] else "no: " + entry["async_note"],
             knobs,
+        )
+    console.print(table)
+    return 0
+
+
+def cmd_losses(args: argparse.Namespace) -> int:
+    from llm_replay.algorithms.losses import describe_losses
+
+    entries = describe_losses()
+    if args.json:
+        print(json.dumps(entries, indent=1, default=str))
+        return 0
+    table = Table(title="policy losses (algorithm.loss) and their knobs (algorithm.<knob>)")
+    for column in ("name", "per-token objective", "paper", "knobs (default)", "notes"):
+        table.add_column(column, overflow="fold")
+    for entry in entries:
+        knobs = ", ".join(f"{k['name']}={k['default']}" for k in entry["knobs"]) or "—"
+        notes = [
+            f"clip ε default {entry['default_clip'][0]}/{entry['default_clip'][1]}"
+            if entry["default_clip"]
+            else "",
+            "needs π_prox (an extra forward pass)" if entry["needs_proximal"] else "",
+            f"needs advantage {entry['advantage']}" if entry["advantage"] else "",
+            "runs under TRL" if entry["trl"] else "",
+        ]
+        table.add_row(
+            entry["name"],
+            entry["description"],
+            entry["paper"],
+            knobs,
+            "; ".join(n for n in notes if n) or "—",
         )
     console.print(table)
     return 0
@@ -302,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")
     methods.add_argument("--json", action="store_true", help="print the registry as JSON")
     methods.set_defaults(func=cmd_methods)
+    losses = sub.add_parser("losses", help="list the policy losses, their papers and knobs")
+    losses.add_argument("--json", action="store_true", help="print the registry as JSON")
+    losses.set_defaults(func=cmd_losses)
     inspect = sub.add_parser("inspect", help="what a saved or durable replay table holds")
     inspect.add_argument("table", help="a table directory (ReplayTable.save or ReplayTable.open)")
     inspect.add_argument("--tokenizer", help="decode rows with this model's tokenizer")

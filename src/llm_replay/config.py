@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
+from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
 from llm_replay.config_parse import (
     ConfigError,
     build,
@@ -149,49 +150,72 @@ class GenerationConfig:
 
 @dataclass
 class AlgorithmConfig:
+    """`algorithm:` — the advantage estimator, the loss with its knobs, aggregation, regularisers.
+
+    The knobs of the chosen loss sit directly under `algorithm`, as a method's do under `replay`
+    (`algorithm.loss: cispo` with `algorithm.clip_high: 0.28`); they come from the loss registry
+    (`llm-replay losses`), and a knob of another loss is refused by name.
+    """
+
     advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
-    loss: Literal[
-        "reinforce",
-        "grpo",
-        "dapo",
-        "decoupled_ppo",
-        "tis",
-        "icepop",
-        "cispo",
-        "gspo",
-        "asymre",
-        "m2po",
-        "exgrpo",
-    ] = "grpo"
+    loss: str = "grpo"
+    loss_settings: LossConfig = field(default_factory=lambda: loss_class("grpo").Config())
     aggregation: Literal["token_mean", "sequence_mean", "token_sum_norm"] = "token_mean"
-    clip_low: float | None = None
-    clip_high: float | None = None
-    tis_cap: float = 2.0
-    icepop_beta: float = 5.0
-    level: Literal["token", "sequence"] = "token"
-    decoupled_cap: float | None = None
-    delta_v: float = -0.1
-    m2_threshold: float = 0.04
-    shaping_beta: float = 0.1
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     use_sampling_weights: bool = False
 
     def check(self) -> None:
-        if self.loss == "asymre" and self.advantage != "dr_grpo":
+        required = loss_class(self.loss).advantage
+        if required is not None and self.advantage != required:
             raise ConfigError(
-                f"advantage = {self.advantage!r}: loss 'asymre' needs 'dr_grpo' (R − V̂ baselines)"
+                f"advantage = {self.advantage!r}: loss {self.loss!r} needs {required!r}"
+                + (" (R − V̂ baselines)" if required == "dr_grpo" else "")
             )
-        check_positive("tis_cap", self.tis_cap)
-        check_positive("m2_threshold", self.m2_threshold, zero_ok=True)
-        check_positive("shaping_beta", self.shaping_beta)
-        if self.icepop_beta <= 1:
-            raise ConfigError(f"icepop_beta = {self.icepop_beta!r}: must be > 1")
         check_positive("kl_coef", self.kl_coef, zero_ok=True)
         check_positive("entropy_coef", self.entropy_coef, zero_ok=True)
-        for key in ("clip_low", "clip_high", "decoupled_cap"):
-            if getattr(self, key) is not None:
-                check_positive(key, getattr(self, key), zero_ok=True)
+
+    def build_loss(self) -> Loss:
+        return loss_class(self.loss)(self.loss_settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"advantage": self.advantage, "loss": self.loss}
+        out.update(dataclasses.asdict(self.loss_settings))
+        for name in ("aggregation", "kl_coef", "entropy_coef", "use_sampling_weights"):
+            out[name] = getattr(self, name)
+        return out
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], prefix: str) -> AlgorithmConfig:
+        name = data.get("loss", "grpo")
+        if name not in LOSSES:
+            raise ConfigError(f"{prefix}.loss = {name!r}: choose one of {sorted(LOSSES)}")
+        general = field_names(cls) - {"loss", "loss_settings"}
+        own = field_names(LOSSES[name].Config)
+        knobs = {k: v for k, v in data.items() if k != "loss" and k not in general}
+        for key in knobs:
+            if key in own:
+                continue
+            owners = sorted(n for n, c in LOSSES.items() if key in field_names(c.Config))
+            if owners:
+                raise ConfigError(
+                    f"{prefix}.{key}: a knob of loss {owners}, not of loss {name!r} "
+                    f"(its knobs: {sorted(own) or 'none'})"
+                )
+            every = sorted(general | {k for c in LOSSES.values() for k in field_names(c.Config)})
+            close = difflib.get_close_matches(str(key), every, n=1)
+            hint = f"; did you mean '{prefix}.{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown key '{prefix}.{key}'{hint}")
+        settings = build(LOSSES[name].Config, knobs, prefix)
+        general_part: AlgorithmConfig = build(
+            cls, {k: v for k, v in data.items() if k in general}, prefix
+        )
+        instance = dataclasses.replace(general_part, loss=name, loss_settings=settings)
+        try:
+            instance.check()
+        except ConfigError as error:
+            raise ConfigError(f"{prefix}.{error}") from None
+        return instance
 
 
 @dataclass
@@ -434,6 +458,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        out["algorithm"] = self.algorithm.to_dict()
         out["replay"] = self.replay.to_dict()
         return out
 

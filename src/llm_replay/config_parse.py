@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
+from llm_replay.algorithms.losses import LossConfigError
 from llm_replay.methods import MethodConfigError
 
 
@@ -98,10 +99,10 @@ def build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
             )
             raise ConfigError(f"unknown key {dotted!r}{hint}")
         values[key] = _convert(dotted, hints[key], value)
-    instance = cls(**values)
     try:
+        instance = cls(**values)  # a frozen knob class checks itself here
         instance.check()
-    except (ConfigError, MethodConfigError) as error:
+    except (ConfigError, MethodConfigError, LossConfigError) as error:
         message = str(error)
         raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
     return instance

@@ -23,13 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from llm_replay.algorithms.losses import (
-    NEEDS_PROXIMAL,
-    LossParams,
-    aggregate,
-    normalizer,
-    policy_loss,
-)
+from llm_replay.algorithms.losses import Loss, aggregate, build_loss, normalizer, policy_loss
 from llm_replay.buffer import Sample
 from llm_replay.generation.distribution import entropy as token_entropy
 from llm_replay.generation.distribution import sampling_logprobs
@@ -37,9 +31,8 @@ from llm_replay.generation.distribution import sampling_logprobs
 
 @dataclass(frozen=True)
 class LearnerSettings:
-    loss: str = "grpo"
+    loss: Loss = field(default_factory=lambda: build_loss("grpo"))
     aggregation: str = "token_mean"
-    loss_params: LossParams = field(default_factory=LossParams)
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
@@ -167,7 +160,7 @@ class Learner:
         full_mask = torch.tensor(sample.loss_mask, dtype=torch.float32)  # may be read-only
         denominator = normalizer(s.aggregation, full_mask, s.sum_norm_length)
         proximal = None
-        if s.loss in NEEDS_PROXIMAL:
+        if s.loss.needs_proximal:
             with torch.no_grad():
                 proximal = [self._logprobs(self.model, c).sampled for c in chunks]
         self.optimizer.zero_grad(set_to_none=True)
@@ -187,7 +180,6 @@ class Learner:
                 weights=c["weights"],
                 replayed=c["replayed"],
                 aggregation=s.aggregation,
-                params=s.loss_params,
                 denominator=denominator,
             )
             policy_sum += float(loss.detach())

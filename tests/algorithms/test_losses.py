@@ -7,7 +7,16 @@ import math
 import pytest
 import torch
 
-from llm_replay.algorithms.losses import LOSSES, LossParams, aggregate, normalizer, policy_loss
+from llm_replay.algorithms.losses import (
+    LOSSES,
+    LossConfigError,
+    aggregate,
+    build_loss,
+    describe_losses,
+    normalizer,
+    policy_loss,
+)
+from llm_replay.algorithms.losses.m2po import second_moment_mask
 
 LOG = math.log
 
@@ -19,16 +28,15 @@ CURRENT = torch.tensor([[0.0, LOG(0.75), LOG(0.4)], [0.0, LOG(0.25), 0.0]])
 ADV = torch.tensor([1.0, -2.0])
 
 
-def run(name: str, aggregation: str = "token_mean", **params: object) -> float:
+def run(name: str, aggregation: str = "token_mean", **knobs: object) -> float:
     loss, _ = policy_loss(
-        name,
+        build_loss(name, **knobs),
         CURRENT.clone(),
         BEHAVIOUR,
         ADV,
         MASK,
         proximal_logprobs=BEHAVIOUR + torch.tensor([[0.0, LOG(1.25), 0.0], [0.0, 0.0, 0.0]]),
         aggregation=aggregation,
-        params=LossParams(**params),  # type: ignore[arg-type]
     )
     return float(loss)
 
@@ -144,8 +152,10 @@ def test_unknown_loss_and_aggregation_are_named() -> None:
         policy_loss("grpo", CURRENT, BEHAVIOUR, ADV, MASK, aggregation="sum")
     with pytest.raises(ValueError, match="needs proximal_logprobs"):
         policy_loss("decoupled_ppo", CURRENT, BEHAVIOUR, ADV, MASK)
-    with pytest.raises(ValueError, match="level"):
-        LossParams(level="rollout")
+    with pytest.raises(LossConfigError, match="level = 'rollout'"):
+        build_loss("tis", level="rollout")
+    with pytest.raises(LossConfigError, match=r"^tis_cap: not a knob of loss 'grpo'"):
+        build_loss("grpo", tis_cap=2.0)
 
 
 def test_metrics_report_ratio_and_clip_fraction() -> None:
@@ -174,15 +184,13 @@ def test_m2po_masks_the_largest_second_moments_until_the_rest_is_within_tau() ->
 
 
 def test_m2po_keeps_everything_within_tau_and_masks_nothing_outside_the_mask() -> None:
-    from llm_replay.algorithms.losses import second_moment_mask
-
     log_ratio = torch.tensor([[0.1, -0.1, 3.0], [0.05, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])  # the 3.0 is padding
     assert second_moment_mask(log_ratio, mask, 0.04).tolist() == [[1, 1, 0], [1, 0, 0]]
     everything_big = torch.tensor([[1.0, -1.0]])
     assert second_moment_mask(everything_big, torch.ones(1, 2), 0.04).tolist() == [[0, 0]]
-    with pytest.raises(ValueError, match="m2_threshold"):
-        LossParams(m2_threshold=-1.0)
+    with pytest.raises(LossConfigError, match="m2_threshold"):
+        build_loss("m2po", m2_threshold=-1.0)
 
 
 def test_exgrpo_shapes_replayed_rows_and_clips_fresh_ones() -> None:
@@ -203,8 +211,8 @@ def test_exgrpo_shapes_replayed_rows_and_clips_fresh_ones() -> None:
     assert float(policy_loss("exgrpo", CURRENT, BEHAVIOUR, ADV, MASK)[0]) == pytest.approx(
         run("grpo"), rel=1e-6
     )
-    with pytest.raises(ValueError, match="shaping_beta"):
-        LossParams(shaping_beta=0.0)
+    with pytest.raises(LossConfigError, match="shaping_beta"):
+        build_loss("exgrpo", shaping_beta=0.0)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
@@ -218,3 +226,23 @@ def test_exgrpo_shaped_gradient_follows_the_advantage(sign: float) -> None:
     loss.backward()
     assert logprobs.grad is not None
     assert torch.all(torch.sign(-logprobs.grad[0, 1:]) == sign)
+
+
+def test_the_registry_describes_every_loss_with_its_paper_and_knobs() -> None:
+    """What `llm-replay losses` prints: every loss, its paper, each knob with default and help."""
+    entries = {e["name"]: e for e in describe_losses()}
+    assert set(entries) == set(LOSSES)
+    for entry in entries.values():
+        assert entry["description"] and entry["paper"]
+        assert all(k["help"] for k in entry["knobs"]), entry["name"]
+    assert entries["dapo"]["default_clip"] == [0.2, 0.28]
+    assert entries["decoupled_ppo"]["needs_proximal"] and not entries["grpo"]["needs_proximal"]
+    assert entries["asymre"]["advantage"] == "dr_grpo"
+    assert {n for n, e in entries.items() if e["trl"]} == {"grpo", "asymre"}
+    assert [k["name"] for k in entries["tis"]["knobs"]] == ["level", "tis_cap"]
+
+
+def test_a_clip_knob_left_unset_takes_the_losses_own_default() -> None:
+    assert build_loss("cispo").clip_epsilons() == (1.0, 0.28)
+    assert build_loss("cispo", clip_high=0.5).clip_epsilons() == (1.0, 0.5)
+    assert build_loss("gspo").clip_range() == pytest.approx((1 - 3e-4, 1 + 4e-4))

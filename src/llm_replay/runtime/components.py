@@ -8,12 +8,11 @@ what every consumer of a model needs (the model, its tokenizer, the task and the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from llm_replay.algorithms.losses import LossParams
 from llm_replay.config import Config
 from llm_replay.evaluation import Evaluator
 from llm_replay.generation import HFGenerator, SamplingParams
@@ -106,9 +105,8 @@ def build_optimizer(config: Config, model: Any) -> torch.optim.Optimizer:
 def learner_settings(config: Config) -> LearnerSettings:
     a, g = config.algorithm, config.generation
     return LearnerSettings(
-        loss=a.loss,
+        loss=a.build_loss(),
         aggregation=a.aggregation,
-        loss_params=LossParams(**{f.name: getattr(a, f.name) for f in fields(LossParams)}),
         temperature=g.temperature,
         top_k=g.top_k,
         top_p=g.top_p,

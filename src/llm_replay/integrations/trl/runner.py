@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 from transformers import PrinterCallback, TrainerCallback
 
+from llm_replay.algorithms.losses import LOSSES
+from llm_replay.algorithms.losses.asymre import AsymREConfig
 from llm_replay.config import Config, ConfigError
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
 from llm_replay.integrations.trl.trainer import ReplayGRPOTrainer
@@ -37,7 +39,6 @@ from llm_replay.runtime.components import Policy
 from llm_replay.runtime.loop import SUMMARY_FILE, RunLoop
 from llm_replay.tasks import build_scorer
 
-LOSSES = {"grpo": "trl", "asymre": "asymre"}
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
 
 
@@ -46,11 +47,16 @@ def trl_arguments(
 ) -> ReplayGRPOConfig:
     """The `ReplayGRPOConfig` equivalent of one of our run configs (module docstring's table)."""
     a, g, o, t = config.algorithm, config.generation, config.optim, config.train
-    if a.loss not in LOSSES:
+    loss = a.build_loss()
+    if loss.trl_loss is None:
+        runs = sorted(n for n, c in LOSSES.items() if c.trl_loss is not None)
         raise ConfigError(
-            f"algorithm.loss = {a.loss!r}: backend 'trl' runs {sorted(LOSSES)} (TRL's PPO-clip "
-            "loss or AsymRE)"
+            f"algorithm.loss = {a.loss!r}: backend 'trl' runs {runs} (TRL's PPO-clip loss or "
+            "AsymRE)"
         )
+    epsilon, epsilon_high = loss.clip_epsilons() if loss.default_clip else (0.2, 0.2)
+    knobs = loss.settings
+    loss_knobs = {"replay_delta_v": knobs.delta_v} if isinstance(knobs, AsymREConfig) else {}
     if a.advantage not in ADVANTAGES:
         raise ConfigError(
             f"algorithm.advantage = {a.advantage!r}: backend 'trl' supports {sorted(ADVANTAGES)}"
@@ -85,8 +91,8 @@ def trl_arguments(
         optim="adamw_torch",
         loss_type="dapo",
         scale_rewards=ADVANTAGES[a.advantage],
-        epsilon=0.2 if a.clip_low is None else a.clip_low,
-        epsilon_high=0.2 if a.clip_high is None else a.clip_high,
+        epsilon=epsilon,
+        epsilon_high=epsilon_high,
         beta=a.kl_coef,
         bf16=False,
         gradient_checkpointing=False,
@@ -100,8 +106,8 @@ def trl_arguments(
         dataloader_num_workers=0,
         replay_method=config.replay.method,
         replay_knobs=replay,
-        replay_loss=LOSSES[a.loss],
-        replay_delta_v=a.delta_v,
+        replay_loss=loss.trl_loss,
+        **loss_knobs,
         replay_sampling_weights=a.use_sampling_weights,
         replay_correct_threshold=correct_threshold,
     )
