@@ -77,7 +77,8 @@ def test_the_buffer_imports_nothing_above_it() -> None:
 @pytest.mark.parametrize(
     "module",
     ["llm_replay.buffer", "llm_replay.config", "llm_replay.methods", "llm_replay.analysis",
-     "llm_replay.report", "llm_replay.compare", "llm_replay.cli"],
+     "llm_replay.report", "llm_replay.compare", "llm_replay.cli", "llm_replay.archive",
+     "llm_replay.algorithms.losses", "llm_replay.runtime.layout", "llm_replay.runtime.schedule"],
 )  # fmt: skip
 def test_light_modules_load_without_torch(module: str) -> None:
     code = (

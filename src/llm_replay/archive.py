@@ -26,9 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from llm_replay.metrics.logging import METRICS_FILE, read_log
+from llm_replay.metrics.logging import read_log
+from llm_replay.runtime.layout import METRICS_FILE, SUMMARY_FILE
 
-SUMMARY_FILE = "summary.json"
 ARCHIVED_METRICS = "metrics.jsonl.gz"
 PROTOCOL_FILE = "protocol.json"
 TRAIN_KEYS = (

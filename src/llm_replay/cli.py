@@ -39,7 +39,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from llm_replay.runtime.checkpoint import load_checkpoint_weights
     from llm_replay.runtime.components import Policy
-    from llm_replay.runtime.loop import CHECKPOINT_DIR
+    from llm_replay.runtime.layout import CHECKPOINT_DIR
 
     config = load_config(args.config, args.set)
     policy = Policy.load(config)

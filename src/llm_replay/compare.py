@@ -38,9 +38,9 @@ from llm_replay.archive import (
     restore_run,
 )
 from llm_replay.config import ConfigError, load_config
+from llm_replay.runtime.layout import CHECKPOINT_DIR, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
-SUMMARY = "summary.json"
 BACKENDS = ("native", "trl")  # trl: through ReplayGRPOTrainer (llm_replay.integrations.trl)
 
 
@@ -352,7 +352,7 @@ def run_experiment(
         for method, seed, config in configs:
             _restore(experiment.archive, config.run_dir, method.name, seed, config)
     for index, (method, seed, config) in enumerate(configs, start=1):
-        if (config.run_dir / SUMMARY).is_file():
+        if (config.run_dir / SUMMARY_FILE).is_file():
             log.info("%s seed %d: done before, skipped", method.name, seed)
             if experiment.archive is not None:
                 archive_run(
@@ -365,7 +365,7 @@ def run_experiment(
         if experiment.archive is not None:
             archive_run(config.run_dir, experiment.archive, method.name, seed, protocol_of(config))
     baseline_done = any(
-        (experiment.run_dir(experiment.baseline, s) / SUMMARY).is_file()
+        (experiment.run_dir(experiment.baseline, s) / SUMMARY_FILE).is_file()
         or _archived(experiment, experiment.baseline, s)
         for s in experiment.seeds_of(experiment.method(experiment.baseline))
     )
@@ -389,12 +389,10 @@ def _run(experiment: Experiment, method: Method, seed: int, config: Any, progres
 def _continue_from(experiment: Experiment, method: Method, seed: int, config: Any) -> bool:
     """Copy the extended method's finished run (with its final checkpoint) into this run's
     directory so that training resumes from it; False (run from scratch) where it is not here."""
-    from llm_replay.runtime.loop import CHECKPOINT_DIR
-
     assert method.extends is not None
     base = experiment.method(method.extends)
     source = experiment.run_dir(base.name, seed)
-    if not (source / SUMMARY).is_file() or not (source / CHECKPOINT_DIR / "DONE").is_file():
+    if not (source / SUMMARY_FILE).is_file() or not (source / CHECKPOINT_DIR / "DONE").is_file():
         log.warning(
             "%s seed %d: no finished run of %s with its checkpoint here; running from scratch",
             method.name,
@@ -406,7 +404,7 @@ def _continue_from(experiment: Experiment, method: Method, seed: int, config: An
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target)
-    (target / SUMMARY).unlink()
+    (target / SUMMARY_FILE).unlink()
     log.info("%s seed %d: continuing %s from %s", method.name, seed, base.name, source)
     return True
 
@@ -414,7 +412,7 @@ def _continue_from(experiment: Experiment, method: Method, seed: int, config: An
 def _archived(experiment: Experiment, method: str, seed: int) -> bool:
     if experiment.archive is None:
         return False
-    return (archived_dir(experiment.archive, method, seed) / SUMMARY).is_file()
+    return (archived_dir(experiment.archive, method, seed) / SUMMARY_FILE).is_file()
 
 
 def protocol_of(config: Any) -> dict[str, Any]:
@@ -445,7 +443,7 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
             _restore(
                 experiment.archive, run_dir, method.name, seed, run_config(experiment, method, seed)
             )
-        if (run_dir / SUMMARY).is_file():
+        if (run_dir / SUMMARY_FILE).is_file():
             runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
         else:
             missing.append(f"{method.name}/seed-{seed}")
@@ -482,6 +480,6 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
     }
     dest = experiment.out if dest is None else Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / SUMMARY).write_text(json.dumps(summary, indent=1) + "\n")
+    (dest / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
     summary["plots"] = [str(p) for p in plot_experiment(experiment, runs, summary, dest)]
     return summary

@@ -1,13 +1,19 @@
 """Runtimes: the synchronous loop (deterministic), threaded workers on one machine, Ray actors on a
-cluster — all driven by the same run loop, replay methods and checkpoints."""
+cluster — all driven by the same run loop, replay methods and checkpoints.
+
+The trainers are imported when first used, so that the torch-free parts (`runtime.layout`,
+`runtime.schedule`) can be read by the experiment tools without loading torch.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from llm_replay.config import Config
-from llm_replay.runtime.loop import RunLoop
-from llm_replay.runtime.sync import SyncTrainer, train
+if TYPE_CHECKING:
+    from llm_replay.config import Config
+    from llm_replay.runtime.loop import RunLoop
+    from llm_replay.runtime.sync import SyncTrainer, train
 
 
 def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
@@ -20,7 +26,21 @@ def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
         from llm_replay.runtime.ray import RayTrainer
 
         return RayTrainer(config, run_dir=run_dir)
+    from llm_replay.runtime.sync import SyncTrainer
+
     return SyncTrainer(config, run_dir=run_dir)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RunLoop":
+        from llm_replay.runtime.loop import RunLoop
+
+        return RunLoop
+    if name in ("SyncTrainer", "train"):
+        from llm_replay.runtime import sync
+
+        return getattr(sync, name)
+    raise AttributeError(f"module 'llm_replay.runtime' has no attribute {name!r}")
 
 
 __all__ = ["RunLoop", "SyncTrainer", "build_trainer", "train"]

@@ -30,8 +30,7 @@ from llm_replay.buffer.checkpoint import (
     verify_checkpoint,
 )
 from llm_replay.methods.signals import RunSignals
-
-SIGNALS_FILE = "signals.json"
+from llm_replay.runtime.layout import REPLAY_DIR, SIGNALS_FILE, STATE_FILE
 
 
 def save_optimizer(optimizer: torch.optim.Optimizer, directory: Path) -> None:
@@ -95,10 +94,10 @@ def write_checkpoint(
     which may return state to record beside it, taken at the same instant) and `state.json`."""
     with atomic_directory(target) as tmp:
         save_learner(tmp)
-        (tmp / "replay").mkdir()
-        extra = save_replay(tmp / "replay")
+        (tmp / REPLAY_DIR).mkdir()
+        extra = save_replay(tmp / REPLAY_DIR)
         state = {**state, **(extra or {})}
-        (tmp / "state.json").write_text(json.dumps(state, indent=1, sort_keys=True))
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=1, sort_keys=True))
     return target
 
 
@@ -108,7 +107,7 @@ def open_checkpoint(target: Path) -> tuple[Path, dict[str, Any]]:
     source = resolve_checkpoint(Path(target))
     verify_checkpoint(source)
     try:
-        state = json.loads((source / "state.json").read_bytes())
+        state = json.loads((source / STATE_FILE).read_bytes())
     except (OSError, ValueError) as error:
         raise CheckpointError(f"{source / 'state.json'}: unreadable ({error})") from None
     if not isinstance(state, dict):
@@ -123,13 +122,19 @@ LOOP_STATE: dict[str, type | tuple[type, ...]] = {
     "evals": list,
 }
 """Fields every runtime's state.json holds, with their JSON types."""
+ASYNC_STATE: dict[str, type | tuple[type, ...]] = {
+    "work_plan": dict,
+    "clock": dict,
+    "reward_counts": dict,
+}
+"""Fields an asynchronous run's state.json adds (threaded and Ray alike)."""
 
 
 def check_state(
     source: Path, state: dict[str, Any], schema: dict[str, type | tuple[type, ...]]
 ) -> None:
     """CheckpointError naming the first field of `state.json` that is missing or mistyped."""
-    where = source / "state.json"
+    where = source / STATE_FILE
     for key, kind in schema.items():
         value = state.get(key)
         if value is None or isinstance(value, bool) or not isinstance(value, kind):

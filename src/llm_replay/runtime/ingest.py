@@ -1,4 +1,5 @@
-"""What asynchronous runtimes share on the generation side: work items and exactly-once delivery.
+"""What asynchronous runtimes share on the generation side: work items, the one worker body
+(`make_item`: a thread and a Ray actor run the same code on an item) and exactly-once delivery.
 
 Generation workers and the learner meet only at the table (`async_core.build_async_table`): its
 rate limiter blocks whichever side runs ahead.
@@ -27,8 +28,9 @@ import numpy as np
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.rate_limit import RateLimiterTimeout
 from llm_replay.methods.base import TABLE_DIR
+from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
-from llm_replay.runtime.rollouts import prompt_indices
+from llm_replay.runtime.rollouts import RolloutMaker, prompt_indices
 
 __all__ = [
     "TABLE_DIR",
@@ -55,6 +57,34 @@ class WorkItem:
 
     def indices(self, seed: int, num_prompts: int, count: int) -> np.ndarray:
         return prompt_indices(seed, num_prompts, self.prompt_start, count)
+
+
+@dataclass
+class ItemRollouts:
+    """What a worker made of one work item: the scored rollouts, the maker's metrics, the
+    compute it spent (its own meter, merged by whoever accounts for it), the reward-failure
+    counts it added, and the seconds it took."""
+
+    batch: RolloutBatch
+    metrics: dict[str, float]
+    meter: ComputeMeter
+    reward_counts: dict[str, int]
+    seconds: float
+
+
+def make_item(
+    maker: RolloutMaker, item: WorkItem, seed: int, prompts_per_item: int
+) -> ItemRollouts:
+    """The one worker body of every asynchronous runtime (a thread or a Ray actor): one work
+    item's prompts → generated, scored groups with their advantages."""
+    meter = ComputeMeter()
+    counts_before = dict(vars(maker.scorer.counts))
+    start = time.perf_counter()
+    indices = item.indices(seed, len(maker.problems), prompts_per_item)
+    batch, metrics = maker.make(indices, item.first_group, meter)
+    seconds = time.perf_counter() - start
+    counts = {k: int(v) - counts_before[k] for k, v in vars(maker.scorer.counts).items()}
+    return ItemRollouts(batch, metrics, meter, counts, seconds)
 
 
 class WorkPlan:

@@ -32,11 +32,10 @@ import yaml
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, MetricsLogger, truncate_log
+from llm_replay.runtime.layout import CHECKPOINT_DIR, CONFIG_FILE, METRICS_FILE, SUMMARY_FILE
 from llm_replay.runtime.schedule import RunSchedule
 
 log = logging.getLogger(__name__)
-CHECKPOINT_DIR = "checkpoint"
-SUMMARY_FILE = "summary.json"
 
 
 def summarise_steps(*sources: list[dict[str, float]]) -> dict[str, float]:
@@ -129,9 +128,9 @@ class RunLoop:
                     f"{self.run_dir / CHECKPOINT_DIR}: cannot resume from it "
                     f"({type(error).__name__}: {error})"
                 ) from None
-        elif (self.run_dir / "metrics.jsonl").exists():
-            (self.run_dir / "metrics.jsonl").unlink()
-        (self.run_dir / "config.yaml").write_text(
+        elif (self.run_dir / METRICS_FILE).exists():
+            (self.run_dir / METRICS_FILE).unlink()
+        (self.run_dir / CONFIG_FILE).write_text(
             yaml.safe_dump(self.config.to_dict(), sort_keys=False)
         )
 

@@ -41,13 +41,19 @@ from llm_replay.runtime.async_core import (
     account_learner_steps,
     add_counts,
 )
-from llm_replay.runtime.checkpoint import LOOP_STATE, check_state, open_checkpoint, write_checkpoint
+from llm_replay.runtime.checkpoint import (
+    ASYNC_STATE,
+    LOOP_STATE,
+    check_state,
+    open_checkpoint,
+    write_checkpoint,
+)
 from llm_replay.runtime.ingest import TABLE_DIR, WorkerError, WorkItem, WorkPlan
-from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
+from llm_replay.runtime.layout import CHECKPOINT_DIR, METHOD_DIR, REPLAY_DIR
+from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WorkerHealth
 from llm_replay.runtime.ray_actors import GenerationActor, LearnerActor, TableActor
 from llm_replay.runtime.shards import ShardFront, shard_config, shard_dirs
-from llm_replay.runtime.threaded import ASYNC_STATE, METHOD_DIR
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 0.02
@@ -375,7 +381,7 @@ class RayTrainer(RunLoop):
             raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
         check_state(source, state, ASYNC_STATE)
         ray.get(self.learner.load.remote(str(source), int(state["learner_version"])))
-        ray.get(self.table.load.remote(str(source / "replay" / TABLE_DIR)))
+        ray.get(self.table.load.remote(str(source / REPLAY_DIR / TABLE_DIR)))
         self._steps = int(state["learner_version"])
         self.clock.load_state_dict(state["clock"])
         self.plan.load_state(state["work_plan"])

@@ -22,7 +22,6 @@ import torch
 
 from llm_replay.buffer import MinSize, ReplayTable, Sample, TableStats
 from llm_replay.config import config_from_dict
-from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.async_core import (
     AsyncLearner,
@@ -32,7 +31,8 @@ from llm_replay.runtime.async_core import (
 )
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
 from llm_replay.runtime.components import Policy, build_learner, build_replay
-from llm_replay.runtime.ingest import IngestGate, WorkItem
+from llm_replay.runtime.ingest import IngestGate, WorkItem, make_item
+from llm_replay.runtime.layout import METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.shards import ShardedClient
 from llm_replay.runtime.weights import ObjectStoreWeights
 
@@ -166,27 +166,21 @@ class GenerationActor:
         if version > self.generator.policy_version:
             self.generator.load_weights(ray.get(ref), version)
         synced = time.perf_counter() - start
-        work = WorkItem(**item)
-        meter = ComputeMeter()
-        counts_before = dict(vars(self.scorer.counts))
-        start = time.perf_counter()
-        indices = work.indices(
+        made = make_item(
+            self.maker,
+            WorkItem(**item),
             self.config.train.seed,
-            len(self.maker.problems),
             self.config.generation.prompts_per_step,
         )
-        batch, metrics = self.maker.make(indices, work.first_group, meter)
         info = {
-            "meter": meter.state_dict(),
-            "metrics": metrics,
-            "busy": time.perf_counter() - start + synced,
+            "meter": made.meter.state_dict(),
+            "metrics": made.metrics,
+            "busy": made.seconds + synced,
             "weight_sync": synced,
-            "reward_counts": {
-                k: int(v) - counts_before[k] for k, v in vars(self.scorer.counts).items()
-            },
+            "reward_counts": made.reward_counts,
             "policy_version": self.generator.policy_version,
         }
-        return batch, info
+        return made.batch, info
 
     def ping(self) -> int:
         return self.generator.policy_version
@@ -264,7 +258,7 @@ class LearnerActor:
         )
         self.learner.version = version
         if self.replay.async_mode() == "rounds":
-            self.replay.load(Path(directory) / "replay" / "method")
+            self.replay.load(Path(directory) / REPLAY_DIR / METHOD_DIR)
         self._publish(version)
 
     def reward_failures(self) -> dict[str, int]:

@@ -24,7 +24,7 @@ import torch
 
 from llm_replay.config import Config
 from llm_replay.learner import sample_metrics
-from llm_replay.metrics import ComputeMeter, truncate_log
+from llm_replay.metrics import ComputeMeter
 from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.checkpoint import (
     check_state,
@@ -33,7 +33,8 @@ from llm_replay.runtime.checkpoint import (
     write_checkpoint,
 )
 from llm_replay.runtime.components import Policy, build_learner, build_optimizer, build_replay
-from llm_replay.runtime.loop import CHECKPOINT_DIR, SUMMARY_FILE, RunLoop, summarise_steps
+from llm_replay.runtime.layout import CHECKPOINT_DIR, REPLAY_DIR
+from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.rollouts import prompt_indices
 
 log = logging.getLogger(__name__)
@@ -166,14 +167,11 @@ class SyncTrainer(RunLoop):
     # ------------------------------------------------------------------ checkpoints
     def _state(self) -> dict[str, Any]:
         return {
-            "iteration": self.iteration,
+            **self._loop_state(),
             "next_group": self.next_group,
             "prompts_drawn": self.prompts_drawn,
             "learner_version": self.learner.version,
             "generator_version": self.generator.policy_version,
-            "meter": self.meter.state_dict(),
-            "evals": self.evals,
-            "eval_pending": self.eval_pending,
             "reward_counts": vars(self.scorer.counts),
         }
 
@@ -213,19 +211,14 @@ class SyncTrainer(RunLoop):
                 "reward_counts": dict,
             },
         )
-        self._load_replay(source / "replay", state)
-        self.iteration = int(state["iteration"])
+        self._load_replay(source / REPLAY_DIR, state)
         self.next_group = int(state["next_group"])
         self.prompts_drawn = int(state["prompts_drawn"])
         self.learner.version = int(state["learner_version"])
         self.generator.policy_version = int(state["generator_version"])
-        self.meter.load_state_dict(state["meter"])
-        self.evals = list(state["evals"])
-        self.eval_pending = bool(state.get("eval_pending", False))
         for key, value in state["reward_counts"].items():
             setattr(self.scorer.counts, key, int(value))
-        truncate_log(self.run_dir, self.iteration)
-        log.info("resumed %s at iteration %d", self.run_dir, self.iteration)
+        self._restore_loop(state)
 
 
 def train(config: Config, **kwargs: Any) -> dict[str, Any]:
@@ -233,4 +226,4 @@ def train(config: Config, **kwargs: Any) -> dict[str, Any]:
     return SyncTrainer(config).run(**kwargs)
 
 
-__all__ = ["CHECKPOINT_DIR", "SUMMARY_FILE", "SyncTrainer", "train"]
+__all__ = ["SyncTrainer", "train"]

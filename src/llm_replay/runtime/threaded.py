@@ -45,26 +45,22 @@ from llm_replay.runtime.async_core import (
     limiter_metrics,
 )
 from llm_replay.runtime.checkpoint import (
+    ASYNC_STATE,
     check_state,
     load_training_checkpoint,
     save_learner_files,
     write_checkpoint,
 )
 from llm_replay.runtime.components import Policy, build_learner, build_replay
-from llm_replay.runtime.ingest import TABLE_DIR, IngestGate, WorkerError, WorkPlan
-from llm_replay.runtime.loop import CHECKPOINT_DIR, RunLoop, summarise_steps
+from llm_replay.runtime.ingest import TABLE_DIR, IngestGate, WorkerError, WorkPlan, make_item
+from llm_replay.runtime.layout import CHECKPOINT_DIR, METHOD_DIR, REPLAY_DIR
+from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WeightTransfer, WorkerHealth
 from llm_replay.runtime.rollouts import RolloutMaker
 from llm_replay.runtime.weights import InProcessWeights
 
 log = logging.getLogger(__name__)
-__all__ = ["METHOD_DIR", "ThreadWorker", "ThreadedTrainer", "WorkerError"]
-METHOD_DIR = "method"
-ASYNC_STATE: dict[str, type | tuple[type, ...]] = {
-    "work_plan": dict,
-    "clock": dict,
-    "reward_counts": dict,
-}
+__all__ = ["ThreadWorker", "ThreadedTrainer", "WorkerError"]
 
 
 class ThreadWorker:
@@ -134,29 +130,21 @@ class ThreadWorker:
         )
 
     def _loop(self) -> None:
-        problems = self.maker.problems
-        count = self.plan.prompts_per_item
         try:
             while not self._stop.is_set():
                 start = time.perf_counter()
                 self.update_weights(self.weights.version)
                 synced = time.perf_counter() - start
                 item = self.plan.take()
-                meter = ComputeMeter()
-                counts_before = dict(vars(self.maker.scorer.counts))
-                start = time.perf_counter()
-                indices = item.indices(self.seed, len(problems), count)
-                batch, metrics = self.maker.make(indices, item.first_group, meter)
-                generated = time.perf_counter() - start
+                made = make_item(self.maker, item, self.seed, self.plan.prompts_per_item)
                 if self._stop.is_set():
                     self.plan.give_back(item)
                     return
-                counts = {
-                    k: int(v) - counts_before[k] for k, v in vars(self.maker.scorer.counts).items()
-                }
                 try:
-                    commit = functools.partial(self.on_delivered, meter, metrics, counts)
-                    delivery = self.gate.deliver(batch, item.item_id, on_commit=commit)
+                    commit = functools.partial(
+                        self.on_delivered, made.meter, made.metrics, made.reward_counts
+                    )
+                    delivery = self.gate.deliver(made.batch, item.item_id, on_commit=commit)
                 except TableClosed:
                     self.plan.give_back(item)
                     return
@@ -164,7 +152,7 @@ class ThreadWorker:
                     self.clock,
                     self.stats,
                     rollouts=delivery.rollouts,
-                    busy=generated + synced + delivery.table_seconds,
+                    busy=made.seconds + synced + delivery.table_seconds,
                     idle=delivery.idle_seconds,
                     table=delivery.table_seconds,
                     weight_sync=synced,
@@ -374,9 +362,9 @@ class ThreadedTrainer(RunLoop):
         if "work_plan" not in state:
             raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
         check_state(source, state, ASYNC_STATE)
-        self._set_table(ReplayTable.load(source / "replay" / TABLE_DIR))
+        self._set_table(ReplayTable.load(source / REPLAY_DIR / TABLE_DIR))
         if self.replay.async_mode() == "rounds":
-            self.replay.load(source / "replay" / METHOD_DIR)
+            self.replay.load(source / REPLAY_DIR / METHOD_DIR)
         self.plan.load_state(state["work_plan"])
         self.clock.load_state_dict(state["clock"])
         self.reward_counts = {k: int(v) for k, v in state["reward_counts"].items()}

@@ -36,7 +36,8 @@ from llm_replay.integrations.trl.config import ReplayGRPOConfig
 from llm_replay.integrations.trl.trainer import ReplayGRPOTrainer
 from llm_replay.metrics import ComputeMeter, MetricsLogger
 from llm_replay.runtime.components import Policy
-from llm_replay.runtime.loop import SUMMARY_FILE, RunLoop
+from llm_replay.runtime.layout import SUMMARY_FILE, TRL_DIR
+from llm_replay.runtime.loop import RunLoop
 from llm_replay.tasks import build_scorer
 
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
@@ -132,7 +133,7 @@ class TRLRun(RunLoop):
             return [float(s) for s in np.asarray(scores)]
 
         args = trl_arguments(
-            config, self.run_dir / "trl", correct_threshold=self.policy.task.correct_threshold
+            config, self.run_dir / TRL_DIR, correct_threshold=self.policy.task.correct_threshold
         )
         self.trainer = ReplayGRPOTrainer(
             model=self.policy.model,
