@@ -253,7 +253,7 @@ class ReplayConfig:
             self.options.setdefault(name, option.Config())
 
     @property
-    def method_class(self) -> type[ReplayMethod]:
+    def method_class(self) -> type[ReplayMethod[Any]]:
         return method_class(self.method)
 
     @property
@@ -427,7 +427,7 @@ class Config:
                     "blocked worker and a blocked learner could deadlock"
                 )
 
-    def _check_shards(self, method: type[ReplayMethod]) -> None:
+    def _check_shards(self, method: type[ReplayMethod[Any]]) -> None:
         w = self.workers
         if not w.sharded:
             return

@@ -12,7 +12,6 @@ from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import ConfigError, load_config
 from llm_replay.runtime.async_core import build_async_table, error_buffer, steps_per_iteration
-from llm_replay.runtime.components import build_replay
 from llm_replay.runtime.ingest import (
     IngestGate,
     WorkPlan,
@@ -135,14 +134,14 @@ def test_closing_the_table_wakes_a_blocked_delivery(rng: np.random.Generator) ->
 
 def test_async_table_band_admits_every_declared_batch() -> None:
     config = load_config(ROOT / "configs/replay_uniform.yaml", ["runtime=threaded"])
-    table = build_async_table(config, build_replay(config))
+    table = build_async_table(config)
     limiter = table.rate_limiter
     assert limiter.samples_per_insert == 2.0
     assert limiter.max_insert_batch == 256 and limiter.max_sample_batch == 256
     assert limiter.max_diff - limiter.min_diff == 2 * error_buffer(config)
     assert steps_per_iteration(config) == 2
     on_policy_config = load_config(ROOT / "configs/on_policy.yaml", ["runtime=threaded"])
-    on_policy = build_async_table(on_policy_config, build_replay(on_policy_config))
+    on_policy = build_async_table(on_policy_config)
     assert on_policy.sampler.name == "fifo" and on_policy.eviction.max_times_sampled == 1
 
 

@@ -28,9 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.buffer import RateLimiter, ReplayTable, Sample
-from llm_replay.methods.base import MethodConfig, MethodConfigError, TableReplay, knob, positive
+from llm_replay.buffer import Sample
+from llm_replay.methods.base import (
+    MethodConfig,
+    MethodConfigError,
+    MethodContext,
+    TableReplay,
+    knob,
+    positive,
+)
 from llm_replay.methods.registry import register
+from llm_replay.methods.table_spec import TableSpec
 from llm_replay.rollout import RolloutBatch
 
 
@@ -101,7 +109,7 @@ def optimal_ratio(mu: float, rho_per_step: float, fresh_per_batch: float, horizo
 
 
 @register
-class AutoReplay(TableReplay):
+class AutoReplay(TableReplay[AutoConfig]):
     name = "auto"
     description = "Uniform replay with y = clip(μ / (ρ + 1/x), 1, max_ratio), re-chosen each round."
     paper = "Compute-optimal replay for LLM RL (the y* rule), arXiv 2604.08706"
@@ -116,16 +124,13 @@ class AutoReplay(TableReplay):
 
     @property
     def auto(self) -> AutoConfig:
-        assert isinstance(self.settings, AutoConfig)
         return self.settings
 
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        s = self.settings
-        assert isinstance(s, AutoConfig)
-        capacity = max(self.context.batch_size, round(s.horizon * self.context.rollouts_per_step))
-        return ReplayTable.uniform(
-            capacity, max_age=s.max_age, rate_limiter=rate_limiter, seed=self.context.seed
-        )
+    @classmethod
+    def table_spec(cls, settings: AutoConfig, context: MethodContext) -> TableSpec:
+        s = settings
+        capacity = max(context.batch_size, round(s.horizon * context.rollouts_per_step))
+        return TableSpec("uniform", capacity, {"max_age": s.max_age, "seed": context.seed})
 
     def choose_ratio(self, mu: float | None) -> float:
         s = self.auto
@@ -150,7 +155,6 @@ class AutoReplay(TableReplay):
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
         s = self.settings
-        assert isinstance(s, AutoConfig)
         self.ratio = self.choose_ratio(s.mu if s.mu is not None else self.context.signals.mu)
         if self.ratio > 1.0:
             yield from self.draw(fresh, self.ratio)

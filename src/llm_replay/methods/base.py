@@ -34,10 +34,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
-from llm_replay.buffer import RateLimiter, ReplayTable, Sample
+from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.methods.signals import RunSignals
+from llm_replay.methods.table_spec import TableSpec
 from llm_replay.rollout import RolloutBatch
 
 TABLE_DIR = "table"
@@ -88,18 +89,25 @@ class MethodContext:
     signals: RunSignals = field(default_factory=RunSignals, compare=False)
 
 
-def queue_table(context: MethodContext) -> ReplayTable:
+def queue_spec(context: MethodContext) -> TableSpec:
     """The FIFO queue of a method that trains on each rollout once, in generation order."""
-    return ReplayTable.queue(
+    return TableSpec(
+        "queue",
         context.rollouts_per_step + context.batch_size,
-        max_insert_batch=context.rollouts_per_step,
-        max_sample_batch=context.batch_size,
-        seed=context.seed,
+        {
+            "max_insert_batch": context.rollouts_per_step,
+            "max_sample_batch": context.batch_size,
+            "seed": context.seed,
+        },
     )
 
 
-class ReplayMethod(ABC):
-    """Base of every replay method (see the module docstring)."""
+SettingsT = TypeVar("SettingsT", bound=MethodConfig)
+
+
+class ReplayMethod(ABC, Generic[SettingsT]):
+    """Base of every replay method (see the module docstring); generic in its knobs' class, so a
+    method reads `self.settings` typed, with no narrowing."""
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -113,14 +121,30 @@ class ReplayMethod(ABC):
     def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
         if not isinstance(settings, self.Config):
             raise TypeError(f"settings = {settings!r}: expected {self.Config.__name__}")
-        self.settings = settings
+        self.settings: SettingsT = cast(SettingsT, settings)
         self.context = context
-        self.table = self.build_table()
+        self._table: ReplayTable | None = None
 
+    @classmethod
     @abstractmethod
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        """This method's table; an asynchronous runtime passes the limiter that couples workers
-        and learner (a queue keeps its own)."""
+    def table_spec(cls, settings: Any, context: MethodContext) -> TableSpec:
+        """What this method's table is (`methods.table_spec`); `settings` is its `Config`."""
+
+    @property
+    def spec(self) -> TableSpec:
+        return self.table_spec(self.settings, self.context)
+
+    @property
+    def table(self) -> ReplayTable:
+        """The method's own table, built from its spec on first use (an asynchronous run whose
+        workers fill a table of this spec never builds this one)."""
+        if self._table is None:
+            self._table = self.spec.build()
+        return self._table
+
+    @table.setter
+    def table(self, table: ReplayTable) -> None:
+        self._table = table
 
     @abstractmethod
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
@@ -160,7 +184,7 @@ class ReplayMethod(ABC):
         self.table.insert(rollouts)
 
     # ------------------------------------------------------------------ the loop's hooks
-    def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:  # noqa: B027
+    def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
         """The learner took a step on `sample` (one this method yielded) with these metrics."""
 
     def set_policy_version(self, version: int) -> None:
@@ -177,7 +201,7 @@ class ReplayMethod(ABC):
         """JSON-serialisable state beside the table(s)."""
         return {}
 
-    def load_state(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+    def load_state(self, state: dict[str, Any]) -> None:
         """Restore `state()`."""
 
     def save(self, directory: Path) -> None:
@@ -218,7 +242,7 @@ class RatioKnobs(TableKnobs):
         return self.replay_ratio
 
 
-class TableReplay(ReplayMethod):
+class TableReplay(ReplayMethod[SettingsT]):
     """Insert the round, then draw `batch_size` rollouts for every `batch_size` of credit; the
     credit grows by y per rollout added, so fractional steps carry over between rounds."""
 
@@ -258,7 +282,10 @@ class OptionConfig:
         """Raise `MethodConfigError` naming the knob."""
 
 
-class MethodOption(ABC):
+OptionT = TypeVar("OptionT", bound="OptionConfig")
+
+
+class MethodOption(ABC, Generic[OptionT]):
     """A transform of each fresh round that any method it applies to can turn on."""
 
     name: ClassVar[str]
@@ -267,11 +294,13 @@ class MethodOption(ABC):
     Config: ClassVar[type[OptionConfig]] = OptionConfig
 
     def __init__(self, settings: OptionConfig, context: MethodContext) -> None:
-        self.settings = settings
+        if not isinstance(settings, self.Config):
+            raise TypeError(f"settings = {settings!r}: expected {self.Config.__name__}")
+        self.settings: OptionT = cast(OptionT, settings)
         self.context = context
 
     @classmethod
-    def refusal(cls, method: type[ReplayMethod]) -> str | None:
+    def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
         """Why this option cannot be used with `method`, or None."""
         return None
 
@@ -279,14 +308,14 @@ class MethodOption(ABC):
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
         """The round the method will see."""
 
-    def set_policy_version(self, version: int) -> None:  # noqa: B027 - optional hook
+    def set_policy_version(self, version: int) -> None:
         """The learner's version moved (ages stored rollouts)."""
 
     def metrics(self) -> dict[str, float]:
         return {}
 
-    def save(self, directory: Path) -> None:  # noqa: B027 - optional hook
+    def save(self, directory: Path) -> None:
         """Write this option's state under `directory`."""
 
-    def load(self, directory: Path) -> None:  # noqa: B027 - optional hook
+    def load(self, directory: Path) -> None:
         """Read what `save` wrote."""

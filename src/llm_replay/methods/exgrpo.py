@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.buffer import RateLimiter, ReplayTable, Sample, Uniform
+from llm_replay.buffer import Sample
 from llm_replay.methods.base import (
     MethodConfig,
     MethodConfigError,
@@ -47,6 +47,7 @@ from llm_replay.methods.base import (
 from llm_replay.methods.compose import round_half_up, with_source
 from llm_replay.methods.registry import register
 from llm_replay.methods.success_pool import prompt_key
+from llm_replay.methods.table_spec import TableSpec
 from llm_replay.rollout import RolloutBatch
 
 BUCKET_EDGES = (0.25, 0.75)  # low (0, 0.25], medium (0.25, 0.75], high (0.75, 1)
@@ -104,7 +105,7 @@ class ExGRPOConfig(MethodConfig):
 
 
 @register
-class ExGRPO(ReplayMethod):
+class ExGRPO(ReplayMethod[ExGRPOConfig]):
     name = "exgrpo"
     description = "Lowest-surprisal success of medium-difficulty questions beside fresh groups."
     paper = "ExGRPO: learning to reason from experience, arXiv 2510.02245"
@@ -123,13 +124,11 @@ class ExGRPO(ReplayMethod):
 
     @property
     def exgrpo(self) -> ExGRPOConfig:
-        assert isinstance(self.settings, ExGRPOConfig)
         return self.settings
 
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        return ReplayTable(
-            self.exgrpo.capacity, sampler=Uniform(), seed=self.context.seed, name="exgrpo"
-        )
+    @classmethod
+    def table_spec(cls, settings: ExGRPOConfig, context: MethodContext) -> TableSpec:
+        return TableSpec("uniform", settings.capacity, {"seed": context.seed, "name": "exgrpo"})
 
     # ------------------------------------------------------------------ one round
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:

@@ -14,11 +14,12 @@ the hard age cut-off, so `max_age` defaults to none.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from llm_replay.buffer import RateLimiter, ReplayTable
-from llm_replay.methods.base import knob, positive
+from llm_replay.methods.base import MethodContext, knob, positive
 from llm_replay.methods.prioritized import PrioritizedConfig, PrioritizedReplay
 from llm_replay.methods.registry import register
+from llm_replay.methods.table_spec import TableSpec
 
 
 @dataclass
@@ -32,20 +33,20 @@ class FreshPERConfig(PrioritizedConfig):
 
 
 @register
-class FreshPER(PrioritizedReplay):
+class FreshPER(PrioritizedReplay[FreshPERConfig]):
     name = "freshper"
     description = "|A|-prioritized rollouts whose priorities decay as exp(−age/τ); fresh-anchored."
     paper = "Freshness-aware prioritized experience replay, arXiv 2604.16918"
     Config = FreshPERConfig
 
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        s = self.settings
-        assert isinstance(s, FreshPERConfig)
-        return ReplayTable.prioritized(
-            s.capacity,
-            alpha=s.alpha,
-            beta=s.beta,
-            max_age=s.max_age,
-            decay_steps=s.decay_steps,
-            seed=self.context.seed,
-        )
+    @classmethod
+    def table_spec(cls, settings: Any, context: MethodContext) -> TableSpec:
+        s: FreshPERConfig = settings  # its Config (the base's signature takes PrioritizedConfig)
+        arguments = {
+            "alpha": s.alpha,
+            "beta": s.beta,
+            "max_age": s.max_age,
+            "decay_steps": s.decay_steps,
+            "seed": context.seed,
+        }
+        return TableSpec("prioritized", s.capacity, arguments)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_replay.buffer import RateLimiter, ReplayTable
-from llm_replay.methods.base import MethodConfig, TableReplay, queue_table
+from llm_replay.methods.base import MethodConfig, MethodContext, TableReplay, queue_spec
 from llm_replay.methods.registry import register
+from llm_replay.methods.table_spec import TableSpec
 
 
 @dataclass
@@ -15,7 +15,7 @@ class OnPolicyConfig(MethodConfig):
 
 
 @register
-class OnPolicy(TableReplay):
+class OnPolicy(TableReplay[OnPolicyConfig]):
     name = "on_policy"
     description = "The baseline: each rollout trained on once, in generation order (FIFO queue)."
     paper = "GRPO, arXiv 2402.03300"
@@ -24,5 +24,6 @@ class OnPolicy(TableReplay):
     trains_fresh_groups = True
     preload_refusal = "it trains each rollout once, as it is generated: nothing to start from"
 
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        return queue_table(self.context)
+    @classmethod
+    def table_spec(cls, settings: OnPolicyConfig, context: MethodContext) -> TableSpec:
+        return queue_spec(context)

@@ -14,6 +14,7 @@ import dataclasses
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.methods.base import (
@@ -32,14 +33,16 @@ PIPELINE_FILE = "pipeline.json"
 PRELOADED_GROUPS = 1 << 40  # group ids of preloaded rollouts start here, clear of the run's own
 
 
-def async_mode(method: type[ReplayMethod], with_options: bool) -> AsyncMode:
+def async_mode(method: type[ReplayMethod[Any]], with_options: bool) -> AsyncMode:
     """How a method runs asynchronously: its own mode, or "rounds" when an option is on (options
     transform whole rounds, and their state and versions then live with the learner)."""
     return "rounds" if with_options else method.async_mode()
 
 
 class ReplayPipeline:
-    def __init__(self, method: ReplayMethod, options: Sequence[MethodOption] = ()) -> None:
+    def __init__(
+        self, method: ReplayMethod[Any], options: Sequence[MethodOption[Any]] = ()
+    ) -> None:
         for option in options:
             refusal = option.refusal(type(method))
             if refusal is not None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_replay.buffer import RateLimiter, ReplayTable
-from llm_replay.methods.base import MethodConfigError, RatioKnobs, TableReplay, knob
+from llm_replay.methods.base import MethodConfigError, MethodContext, RatioKnobs, TableReplay, knob
 from llm_replay.methods.registry import register
+from llm_replay.methods.table_spec import TableSpec
 
 
 @dataclass
@@ -24,19 +24,17 @@ class PositiveConfig(RatioKnobs):
 
 
 @register
-class PositiveReplay(TableReplay):
+class PositiveReplay(TableReplay[PositiveConfig]):
     name = "positive"
     description = "Buffer keeps the freshest (1−δ)N plus the freshest δN correct rollouts."
     paper = "Compute-optimal replay for LLM RL (positive bias + AsymRE), arXiv 2604.08706"
     Config = PositiveConfig
 
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        s = self.settings
-        assert isinstance(s, PositiveConfig)
-        return ReplayTable.positive_biased(
+    @classmethod
+    def table_spec(cls, settings: PositiveConfig, context: MethodContext) -> TableSpec:
+        s = settings
+        return TableSpec(
+            "positive_biased",
             s.capacity,
-            delta=s.delta,
-            max_age=s.max_age,
-            rate_limiter=rate_limiter,
-            seed=self.context.seed,
+            {"delta": s.delta, "max_age": s.max_age, "seed": context.seed},
         )

@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
-from llm_replay.buffer import RateLimiter, ReplayTable, Sample
+from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.methods.base import (
     MethodConfigError,
+    MethodContext,
     ReplayMethod,
     TableKnobs,
     knob,
@@ -22,6 +24,7 @@ from llm_replay.methods.base import (
 )
 from llm_replay.methods.compose import round_half_up, with_source
 from llm_replay.methods.registry import register
+from llm_replay.methods.table_spec import TableSpec
 from llm_replay.rollout import RolloutBatch
 
 
@@ -68,22 +71,23 @@ class PrioritizedConfig(TableKnobs):
         return 1.0 + self.fresh_ratio
 
 
+PrioritizedT = TypeVar("PrioritizedT", bound="PrioritizedConfig")
+
+
 @register
-class PrioritizedReplay(ReplayMethod):
+class PrioritizedReplay(ReplayMethod[PrioritizedT]):
     name = "prioritized"
     description = "|A|-prioritized single rollouts, age eviction, fresh-anchored batches."
     paper = "Rollout-level advantage-prioritized replay, arXiv 2606.04560"
     Config = PrioritizedConfig
     trains_fresh_groups = True
 
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        s = self.settings
-        assert isinstance(s, PrioritizedConfig)
-        return ReplayTable.prioritized(
-            s.capacity, alpha=s.alpha, beta=s.beta, max_age=s.max_age, seed=self.context.seed
-        )
+    @classmethod
+    def table_spec(cls, settings: PrioritizedConfig, context: MethodContext) -> TableSpec:
+        s = settings
+        arguments = {"alpha": s.alpha, "beta": s.beta, "max_age": s.max_age, "seed": context.seed}
+        return TableSpec("prioritized", s.capacity, arguments)
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
         s = self.settings
-        assert isinstance(s, PrioritizedConfig)
         yield FreshAnchored(self.table, s.fresh_ratio).compose(fresh)

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from llm_replay.methods.base import MethodOption, ReplayMethod
 
-METHODS: dict[str, type[ReplayMethod]] = {}
-OPTIONS: dict[str, type[MethodOption]] = {}
+METHODS: dict[str, type[ReplayMethod[Any]]] = {}
+OPTIONS: dict[str, type[MethodOption[Any]]] = {}
 
-MethodT = TypeVar("MethodT", bound="type[ReplayMethod]")
-OptionT = TypeVar("OptionT", bound="type[MethodOption]")
+MethodT = TypeVar("MethodT", bound="type[ReplayMethod[Any]]")
+OptionT = TypeVar("OptionT", bound="type[MethodOption[Any]]")
 
 
 def _check_name(kind: str, name: str, taken: dict[str, Any], other: dict[str, Any]) -> None:
@@ -45,7 +45,7 @@ def register_option(cls: OptionT) -> OptionT:
     return cls
 
 
-def method_class(name: str) -> type[ReplayMethod]:
+def method_class(name: str) -> type[ReplayMethod[Any]]:
     try:
         return METHODS[name]
     except KeyError:

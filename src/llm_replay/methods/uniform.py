@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_replay.buffer import RateLimiter, ReplayTable
-from llm_replay.methods.base import RatioKnobs, TableReplay, knob
+from llm_replay.methods.base import MethodContext, RatioKnobs, TableReplay, knob
 from llm_replay.methods.registry import register
+from llm_replay.methods.table_spec import TableSpec
 
 
 @dataclass
@@ -15,15 +15,13 @@ class UniformConfig(RatioKnobs):
 
 
 @register
-class UniformReplay(TableReplay):
+class UniformReplay(TableReplay[UniformConfig]):
     name = "uniform"
     description = "FIFO buffer of N rollouts, uniform draws with replacement, y draws per rollout."
     paper = "Compute-optimal replay for LLM RL, arXiv 2604.08706"
     Config = UniformConfig
 
-    def build_table(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
-        s = self.settings
-        assert isinstance(s, UniformConfig)
-        return ReplayTable.uniform(
-            s.capacity, max_age=s.max_age, rate_limiter=rate_limiter, seed=self.context.seed
-        )
+    @classmethod
+    def table_spec(cls, settings: UniformConfig, context: MethodContext) -> TableSpec:
+        s = settings
+        return TableSpec("uniform", s.capacity, {"max_age": s.max_age, "seed": context.seed})

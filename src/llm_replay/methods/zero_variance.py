@@ -55,7 +55,7 @@ class ZeroVarianceConfig(OptionConfig):
 
 
 @register_option
-class ZeroVarianceReplacement(MethodOption):
+class ZeroVarianceReplacement(MethodOption[ZeroVarianceConfig]):
     name = "zero_variance"
     description = (
         "Fill each zero-variance fresh group's places with a stored informative group "
@@ -66,18 +66,17 @@ class ZeroVarianceReplacement(MethodOption):
 
     def __init__(self, settings: OptionConfig, context: MethodContext) -> None:
         super().__init__(settings, context)
-        assert isinstance(settings, ZeroVarianceConfig)
         self.store = ReplayTable(
-            settings.capacity,
+            self.settings.capacity,
             sampler=Groups(),
-            max_age=settings.max_age,
+            max_age=self.settings.max_age,
             seed=context.seed + 17,
             name="zero_variance_fillers",
         )
         self.last: dict[str, float] = {}
 
     @classmethod
-    def refusal(cls, method: type[ReplayMethod]) -> str | None:
+    def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
         if not method.trains_fresh_groups:
             return (
                 "its batches are drawn from a table of single rollouts, not built from fresh groups"

@@ -30,7 +30,9 @@ from llm_replay.buffer.rate_limit import RateLimiter, RateLimiterTimeout
 from llm_replay.config import Config
 from llm_replay.learner import Learner, sample_metrics
 from llm_replay.methods import ReplayPipeline
+from llm_replay.methods.pipeline import async_mode
 from llm_replay.metrics import ComputeMeter, RoleClock
+from llm_replay.runtime.components import table_spec
 
 PRIVATE_KEYS = ("_busy", "_idle", "_table", "_weight_sync", "_rollouts")
 
@@ -50,11 +52,12 @@ def error_buffer(config: Config) -> float:
     return r * config.generation.rollouts_per_step + config.train.batch_size
 
 
-def build_async_table(config: Config, pipeline: ReplayPipeline) -> ReplayTable:
-    """The table the workers fill: the method's own (rate-limited) or the rounds intake queue."""
-    method = pipeline.method
+def build_async_table(config: Config) -> ReplayTable:
+    """The table the workers fill: one of the method's spec (rate-limited at its ratio), or the
+    intake queue of rounds; built from the config alone, so no method is built to get it."""
     fresh, seed = config.generation.rollouts_per_step, config.train.seed
-    if pipeline.async_mode() == "rounds":
+    method = config.replay.method_class
+    if async_mode(method, bool(config.replay.enabled_options())) == "rounds":
         return ReplayTable.queue(
             fresh * max(2, config.workers.count),
             max_insert_batch=fresh,
@@ -62,9 +65,10 @@ def build_async_table(config: Config, pipeline: ReplayPipeline) -> ReplayTable:
             seed=seed,
             name="intake",
         )
-    if method.consumes_rollouts:
-        return method.build_table()
-    return method.build_table(ratio_limiter(config, method.table.max_rollouts))
+    spec = table_spec(config)
+    if method.consumes_rollouts:  # the queue keeps its own limiter
+        return spec.build()
+    return spec.build(ratio_limiter(config, spec.max_rollouts))
 
 
 def ratio_limiter(config: Config, capacity: int) -> RateLimiter:

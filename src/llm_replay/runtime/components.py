@@ -18,6 +18,7 @@ from llm_replay.evaluation import Evaluator
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.learner import Learner, LearnerSettings
 from llm_replay.methods import MethodContext, ReplayPipeline
+from llm_replay.methods.table_spec import TableSpec
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.runtime.rollouts import RolloutMaker
 from llm_replay.tasks import SafeScorer, Task, build_scorer, build_task
@@ -131,6 +132,11 @@ def method_context(config: Config) -> MethodContext:
         seed=config.train.seed,
         advantage=config.algorithm.advantage,
     )
+
+
+def table_spec(config: Config) -> TableSpec:
+    """What the configured method's table is, without building the method."""
+    return config.replay.method_class.table_spec(config.replay.settings, method_context(config))
 
 
 def build_replay(config: Config) -> ReplayPipeline:

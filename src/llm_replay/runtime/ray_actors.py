@@ -30,7 +30,7 @@ from llm_replay.runtime.async_core import (
     limiter_metrics,
 )
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
-from llm_replay.runtime.components import Policy, build_learner, build_replay
+from llm_replay.runtime.components import Policy, build_learner, build_replay, table_spec
 from llm_replay.runtime.ingest import IngestGate, WorkItem, make_item
 from llm_replay.runtime.layout import METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.shards import ShardedClient
@@ -53,11 +53,7 @@ class TableActor:
         self, config: dict[str, Any], directory: str | None = None, shard: bool = False
     ) -> None:
         cfg = config_from_dict(config)
-        pipeline = build_replay(cfg)
-        if shard:
-            table = pipeline.method.build_table(MinSize(1))
-        else:
-            table = build_async_table(cfg, pipeline)
+        table = table_spec(cfg).build(MinSize(1)) if shard else build_async_table(cfg)
         self.directory, self.fsync = directory, cfg.workers.table_fsync or "never"
         if directory is not None:
             table = table.make_durable(directory, fsync=self.fsync)

@@ -179,7 +179,7 @@ class ThreadedTrainer(RunLoop):
         self.replay = build_replay(config)
         self.meter = ComputeMeter(parameters=self.policy.parameters)
         self.plan = WorkPlan(config.generation.prompts_per_step)
-        self._set_table(build_async_table(config, self.replay))
+        self._set_table(build_async_table(config))
         self.weights = InProcessWeights(
             self.model, self.learner.update_lock, lambda: self.learner.version
         )

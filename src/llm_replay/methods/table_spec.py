@@ -1,0 +1,37 @@
+"""What a method's table is, apart from the table: a `ReplayTable` preset and its arguments.
+
+A method says what its table is (`ReplayMethod.table_spec(settings, context)`, a class method, so
+no method needs to be built to know it) and whoever hosts the table builds it, once: the method
+itself in a synchronous run or under TRL (on first use), the asynchronous runtime with the limiter
+that couples workers and learner, or each Ray table shard. Before, the method built a table in its
+constructor and the asynchronous runtime built another, and a Ray table actor built a whole
+pipeline to get one. This is Reverb's table signature (sampler, eviction limits, rate limiter)
+with the sampler named by its preset; the contents, counters and RNG are the table's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from llm_replay.buffer import RateLimiter, ReplayTable
+
+Preset = Literal["queue", "uniform", "positive_biased", "prioritized"]
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table preset (`ReplayTable.<preset>`), its capacity and its other arguments."""
+
+    preset: Preset
+    max_rollouts: int
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
+        """A new, empty table; `rate_limiter` replaces the preset's own (a queue keeps its)."""
+        kwargs = dict(self.arguments)
+        if rate_limiter is not None:
+            kwargs["rate_limiter"] = rate_limiter
+        table: ReplayTable = getattr(ReplayTable, self.preset)(self.max_rollouts, **kwargs)
+        return table
