@@ -1,8 +1,8 @@
 """Plots and tables from run logs (`metrics.jsonl`), so results can be redrawn without re-running.
 
-`accuracy_curves` reads the eval records of each run; `compute_to_reach` interpolates nothing: it
-is the compute at the first evaluation whose accuracy reaches the target. `plot_accuracy_vs_compute`
-draws one line per run against measured compute seconds (evaluation time excluded).
+`accuracy_curve` reads the eval records of a run; `plot_accuracy_vs_compute` draws one line per
+run against measured compute seconds (evaluation time excluded). Compute-to-target ratios are
+`analysis.compare_methods`'.
 """
 
 from __future__ import annotations
@@ -26,14 +26,6 @@ def accuracy_curve(run_dir: Path) -> tuple[list[float], list[float], list[int]]:
         [float(r["eval/accuracy"]) for r in evals],
         [int(r["steps"]) for r in evals],
     )
-
-
-def compute_to_reach(run_dir: Path, target: float) -> float | None:
-    """Compute seconds at the first evaluation with accuracy >= target (None if never)."""
-    for seconds, accuracy, _ in zip(*accuracy_curve(run_dir), strict=True):
-        if accuracy >= target:
-            return seconds
-    return None
 
 
 def plot_accuracy_vs_compute(

@@ -42,7 +42,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Self, cast
+from typing import Any, Protocol, Self, cast
 
 import numpy as np
 
@@ -55,7 +55,29 @@ from llm_replay.buffer.checkpoint import (
 )
 from llm_replay.buffer.log_records import encode_record, read_segment
 
-Table = Any  # a ReplayTable: not imported, as `table` imports this module (no import cycle)
+
+class Table(Protocol):
+    """What of a `ReplayTable` the journal reads and redoes. `table.py` imports this module (its
+    `Journaled` mixin), so the table is described here rather than imported: no import cycle,
+    and the journal's reach into the table is written down."""
+
+    _log: OperationLog | None
+    _cond: threading.Condition
+    _tokens: set[int]
+    storage: Any
+
+    def state_unlocked(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]: ...
+    def checkpoint(self) -> None: ...
+    def _apply_insert(self, batch: Any) -> Any: ...
+    def _apply_sample(self, n: int) -> tuple[Any, Any, Any]: ...
+    def _apply_take(self, keys: np.ndarray, *, count: bool) -> tuple[Any, Any, Any, Any]: ...
+    def _apply_priorities(self, keys: np.ndarray, priorities: np.ndarray) -> Any: ...
+    def _apply_version(self, version: int) -> Any: ...
+    def _apply_remove(self, keys: np.ndarray) -> Any: ...
+    def _apply_scores(
+        self, keys: np.ndarray, rewards: Any, advantages: Any, correct: Any
+    ) -> Any: ...
+
 
 SNAPSHOT = "snapshot"
 LOG = "log"
@@ -362,11 +384,11 @@ class Journaled:
             return
         self._log.append(op, fields)
         if self._log.bytes_since_snapshot > self._log.compact_bytes:
-            write_snapshot(self, self._log)
+            write_snapshot(cast(Table, self), self._log)
 
     def checkpoint(self) -> None:
         """Durable tables: snapshot the table and drop the log it covers."""
         if self._log is None:
             raise ValueError("checkpoint: not a durable table (use ReplayTable.open or save)")
         with self._cond:
-            write_snapshot(self, self._log)
+            write_snapshot(cast(Table, self), self._log)
