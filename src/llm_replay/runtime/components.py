@@ -134,6 +134,37 @@ def method_context(config: Config) -> MethodContext:
     )
 
 
+@dataclass
+class LearnerParts:
+    """The learner's side of a run, built the same way by every runtime (the sync loop, the
+    threaded trainer, the Ray learner actor): the policy, its learner, the learner-side generator
+    (evaluation's; the sync loop also generates with it, through `maker`), the evaluator and the
+    replay pipeline."""
+
+    policy: Policy
+    learner: Learner
+    generator: HFGenerator
+    evaluator: Evaluator
+    replay: ReplayPipeline
+    maker: RolloutMaker | None = None
+
+
+def build_learner_parts(
+    config: Config, *, threads: float | None, generates: bool = False
+) -> LearnerParts:
+    """Seed, load and build the learner's side. `generates`: the learner also generates (the
+    sync loop), so it gets a rollout maker whose scorer the evaluator shares."""
+    if threads:
+        torch.set_num_threads(max(1, int(threads)))
+    torch.manual_seed(config.train.seed)
+    policy = Policy.load(config)
+    learner = build_learner(config, policy.model)
+    generator = policy.generator(config.train.seed)
+    maker = policy.rollout_maker(generator) if generates else None
+    evaluator = policy.evaluator(generator, scorer=maker.scorer if maker else None)
+    return LearnerParts(policy, learner, generator, evaluator, build_replay(config), maker)
+
+
 def table_spec(config: Config) -> TableSpec:
     """What the configured method's table is, without building the method."""
     return config.replay.method_class.table_spec(config.replay.settings, method_context(config))

@@ -30,7 +30,7 @@ from llm_replay.runtime.async_core import (
     limiter_metrics,
 )
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
-from llm_replay.runtime.components import Policy, build_learner, build_replay, table_spec
+from llm_replay.runtime.components import Policy, build_learner_parts, table_spec
 from llm_replay.runtime.ingest import IngestGate, WorkItem, make_item
 from llm_replay.runtime.layout import METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.shards import ShardedClient
@@ -188,13 +188,9 @@ class LearnerActor:
 
     def __init__(self, config: dict[str, Any], run_dir: str, table: Any) -> None:
         cfg = config_from_dict(config)
-        _threads(cfg.workers.learner_cpus)
-        torch.manual_seed(cfg.train.seed)
-        self.policy = Policy.load(cfg)
-        self.learner = build_learner(cfg, self.policy.model)
-        self.generator = self.policy.generator(cfg.train.seed)
-        self.evaluator = self.policy.evaluator(self.generator)
-        self.replay = build_replay(cfg)
+        parts = build_learner_parts(cfg, threads=cfg.workers.learner_cpus)
+        self.policy, self.learner, self.replay = parts.policy, parts.learner, parts.replay
+        self.generator, self.evaluator = parts.generator, parts.evaluator
         self.weights = ObjectStoreWeights()
         client: TableClient = (
             ShardedClient(table, cfg.workers.table_shards)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from llm_replay.config import Config
 from llm_replay.learner import sample_metrics
@@ -32,7 +31,7 @@ from llm_replay.runtime.checkpoint import (
     save_learner_files,
     write_checkpoint,
 )
-from llm_replay.runtime.components import Policy, build_learner, build_optimizer, build_replay
+from llm_replay.runtime.components import build_learner_parts, build_optimizer
 from llm_replay.runtime.layout import CHECKPOINT_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.rollouts import prompt_indices
@@ -46,21 +45,16 @@ class SyncTrainer(RunLoop):
 
     def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
         self._init_loop(config, run_dir)
-        if config.train.threads:
-            torch.set_num_threads(config.train.threads)
-        torch.manual_seed(config.train.seed)
-        self.policy = Policy.load(config)
+        parts = build_learner_parts(config, threads=config.train.threads, generates=True)
+        assert parts.maker is not None
+        self.policy, self.learner, self.replay = parts.policy, parts.learner, parts.replay
+        self.generator, self.evaluator, self.maker = parts.generator, parts.evaluator, parts.maker
         self.task, self.model, self.tokenizer = (
             self.policy.task,
             self.policy.model,
             self.policy.tokenizer,
         )
-        self.generator = self.policy.generator(config.train.seed)
-        self.learner = build_learner(config, self.model)
-        self.maker = self.policy.rollout_maker(self.generator)
         self.scorer = self.maker.scorer
-        self.evaluator = self.policy.evaluator(self.generator, scorer=self.scorer)
-        self.replay = build_replay(config)
         self.meter = ComputeMeter(parameters=self.policy.parameters)
         # only a method that restarts from the base weights pays for a second copy of them
         self.base_state = (

@@ -27,8 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.buffer.rate_limit import TableClosed
@@ -51,7 +49,7 @@ from llm_replay.runtime.checkpoint import (
     save_learner_files,
     write_checkpoint,
 )
-from llm_replay.runtime.components import Policy, build_learner, build_replay
+from llm_replay.runtime.components import build_learner_parts
 from llm_replay.runtime.ingest import TABLE_DIR, IngestGate, WorkerError, WorkPlan, make_item
 from llm_replay.runtime.layout import CHECKPOINT_DIR, METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
@@ -168,15 +166,10 @@ class ThreadedTrainer(RunLoop):
 
     def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
         self._init_loop(config, run_dir)
-        if config.train.threads:
-            torch.set_num_threads(config.train.threads)
-        torch.manual_seed(config.train.seed)
-        self.policy = Policy.load(config)
+        parts = build_learner_parts(config, threads=config.train.threads)
+        self.policy, self.learner, self.replay = parts.policy, parts.learner, parts.replay
+        self.generator, self.evaluator = parts.generator, parts.evaluator  # evaluation's
         self.model = self.policy.model
-        self.learner = build_learner(config, self.model)
-        self.generator = self.policy.generator(config.train.seed)  # evaluation's
-        self.evaluator = self.policy.evaluator(self.generator)
-        self.replay = build_replay(config)
         self.meter = ComputeMeter(parameters=self.policy.parameters)
         self.plan = WorkPlan(config.generation.prompts_per_step)
         self._set_table(build_async_table(config))
