@@ -29,6 +29,12 @@ def test_every_method_builds_its_table_from_its_spec_lazily(name: str) -> None:
     assert fresh.sampler.config() == table.sampler.config()
 
 
+def test_the_plain_table_preset_takes_a_sampler_by_name() -> None:
+    spec = TableSpec("table", 64, {"sampler": ("recency", {"half_life": 2.0}), "seed": 1})
+    table = spec.build()
+    assert table.sampler.name == "recency" and table.sampler.config() == {"half_life": 2.0}
+
+
 def test_a_limiter_given_by_the_host_replaces_the_presets() -> None:
     spec = METHODS["uniform"].table_spec(METHODS["uniform"].Config(), CONTEXT)
     assert spec.build(MinSize(5)).rate_limiter.min_size_to_sample == 5

@@ -1,10 +1,14 @@
 """What a replay method is, for every front end that drives one.
 
-A `ReplayMethod` owns its table(s) and turns the fresh rollouts of one generation round into the
-`Sample`s trained on (`batches`, a lazy iterator, so the caller can take a gradient step and
-advance the policy version between two draws). Its knobs are one config dataclass, validated by
-the config loader under `replay.<knob>`. The sync loop, the threaded and Ray runtimes and the TRL
-trainer all drive a method through this interface and nothing else:
+A `ReplayMethod` is a table spec plus a composer. `table_spec(settings, context)` says what its
+table is (`methods.table_spec`), so whoever hosts the table builds it once: the method on first
+use of `self.table`, or an asynchronous runtime / Ray shard from the config alone. `batches`
+turns the fresh rollouts of one generation round into the `Sample`s trained on (a lazy
+iterator, so the caller can take a gradient step and advance the policy version between two
+draws). Its knobs are one config dataclass, validated by the config loader under
+`replay.<knob>`; the class is generic in it, so `self.settings` is typed. The sync loop, the
+threaded and Ray runtimes and the TRL trainer all drive a method through this interface and
+nothing else:
 
 - `batches(fresh)` once per round, a gradient step per yielded sample, `observe_step(sample,
   metrics)` with the learner's metrics for it and `set_policy_version` after each step;

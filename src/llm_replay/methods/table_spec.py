@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llm_replay.buffer import RateLimiter, ReplayTable
+from llm_replay.buffer.samplers import make_sampler
 
-Preset = Literal["queue", "uniform", "positive_biased", "prioritized"]
+Preset = Literal["queue", "uniform", "positive_biased", "prioritized", "table"]
 
 
 @dataclass(frozen=True)
 class TableSpec:
-    """A table preset (`ReplayTable.<preset>`), its capacity and its other arguments."""
+    """A table preset (`ReplayTable.<preset>`), its capacity and its other arguments; preset
+    "table" is the plain constructor, with `sampler` given as (registry name, its config), e.g.
+    `TableSpec("table", 512, {"sampler": ("recency", {"half_life": 4.0})})`."""
 
     preset: Preset
     max_rollouts: int
@@ -33,5 +36,8 @@ class TableSpec:
         kwargs = dict(self.arguments)
         if rate_limiter is not None:
             kwargs["rate_limiter"] = rate_limiter
+        if self.preset == "table":
+            name, config = kwargs.pop("sampler", ("uniform", {}))
+            return ReplayTable(self.max_rollouts, sampler=make_sampler(name, **config), **kwargs)
         table: ReplayTable = getattr(ReplayTable, self.preset)(self.max_rollouts, **kwargs)
         return table
