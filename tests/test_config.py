@@ -111,7 +111,9 @@ def test_a_loss_takes_its_own_knobs_beside_it_and_refuses_another_losses() -> No
         "use_sampling_weights": False,
     }
     assert config_from_dict(config.to_dict()).algorithm == config.algorithm
-    with pytest.raises(ConfigError, match=r"^algorithm\.tis_cap: a knob of loss \['tis'\], not of"):
+    with pytest.raises(
+        ConfigError, match=r"^algorithm\.tis_cap: a knob of \['tis'\], not of loss 'grpo'"
+    ):
         load_config(None, ["algorithm.tis_cap=3"])
     with pytest.raises(ConfigError, match=r"did you mean 'algorithm\.shaping_beta'"):
         load_config(None, ["algorithm.loss=exgrpo", "algorithm.shaping_bta=0.2"])

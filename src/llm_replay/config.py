@@ -9,7 +9,6 @@ scalars (`--set optim.lr=1e-4 --set eval.pass_k=[1,4]`). Derived quantities are 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from llm_replay.config_parse import (
     ConfigError,
     build,
     check_positive,
+    check_registry_knobs,
     deep_copy,
     field_names,
     parse_override,
@@ -191,21 +191,11 @@ class AlgorithmConfig:
         if name not in LOSSES:
             raise ConfigError(f"{prefix}.loss = {name!r}: choose one of {sorted(LOSSES)}")
         general = field_names(cls) - {"loss", "loss_settings"}
-        own = field_names(LOSSES[name].Config)
         knobs = {k: v for k, v in data.items() if k != "loss" and k not in general}
-        for key in knobs:
-            if key in own:
-                continue
-            owners = sorted(n for n, c in LOSSES.items() if key in field_names(c.Config))
-            if owners:
-                raise ConfigError(
-                    f"{prefix}.{key}: a knob of loss {owners}, not of loss {name!r} "
-                    f"(its knobs: {sorted(own) or 'none'})"
-                )
-            every = sorted(general | {k for c in LOSSES.values() for k in field_names(c.Config)})
-            close = difflib.get_close_matches(str(key), every, n=1)
-            hint = f"; did you mean '{prefix}.{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown key '{prefix}.{key}'{hint}")
+        knobs_of = {n: field_names(c.Config) for n, c in LOSSES.items()}
+        check_registry_knobs(
+            prefix, knobs, chosen=name, kind="loss", knobs_of=knobs_of, also=general
+        )
         settings = build(LOSSES[name].Config, knobs, prefix)
         general_part: AlgorithmConfig = build(
             cls, {k: v for k, v in data.items() if k in general}, prefix
@@ -292,19 +282,10 @@ class ReplayConfig:
         knobs = {
             k: v for k, v in data.items() if k not in ("method", "init_from") and k not in OPTIONS
         }
-        own = field_names(method.Config)
-        for key in knobs:
-            owners = sorted(m for m, c in METHODS.items() if key in field_names(c.Config))
-            if key not in own and owners:
-                raise ConfigError(
-                    f"{prefix}.{key}: a knob of {owners}, not of method {name!r} "
-                    f"(its knobs: {sorted(own) or 'none'})"
-                )
-            if key not in own:
-                every = sorted({k for c in METHODS.values() for k in field_names(c.Config)})
-                close = difflib.get_close_matches(str(key), every + sorted(OPTIONS), n=1)
-                hint = f"; did you mean '{prefix}.{close[0]}'?" if close else ""
-                raise ConfigError(f"unknown key '{prefix}.{key}'{hint}")
+        knobs_of = {m: field_names(c.Config) for m, c in METHODS.items()}
+        check_registry_knobs(
+            prefix, knobs, chosen=name, kind="method", knobs_of=knobs_of, also=OPTIONS
+        )
         settings = build(method.Config, knobs, prefix)
         options: dict[str, OptionConfig] = {}
         for option_name, option in OPTIONS.items():

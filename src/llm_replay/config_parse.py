@@ -14,6 +14,7 @@ import difflib
 import math
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -106,6 +107,34 @@ def build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
         message = str(error)
         raise ConfigError(f"{prefix}.{message}" if prefix else message) from None
     return instance
+
+
+def check_registry_knobs(
+    prefix: str,
+    keys: Iterable[str],
+    *,
+    chosen: str,
+    kind: str,
+    knobs_of: Mapping[str, set[str]],
+    also: Iterable[str] = (),
+) -> None:
+    """A section whose knobs come from a registry (a method's under `replay`, a loss's under
+    `algorithm`): each key must be a knob of the `chosen` entry. A knob of another entry is named
+    with its owners; anything else is unknown, with the nearest knob (or `also`) as a hint."""
+    own = knobs_of[chosen]
+    for key in keys:
+        if key in own:
+            continue
+        owners = sorted(name for name, knobs in knobs_of.items() if key in knobs)
+        if owners:
+            raise ConfigError(
+                f"{prefix}.{key}: a knob of {owners}, not of {kind} {chosen!r} "
+                f"(its knobs: {sorted(own) or 'none'})"
+            )
+        every = sorted(set().union(*knobs_of.values()) | set(also))
+        close = difflib.get_close_matches(str(key), every, n=1)
+        hint = f"; did you mean '{prefix}.{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown key '{prefix}.{key}'{hint}")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
