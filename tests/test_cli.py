@@ -178,3 +178,16 @@ def test_long_errors_are_not_wrapped_when_piped(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stdout.count("\n") == 1 and str(long_path) in result.stdout, result.stdout
+
+
+def test_losses_lists_the_registry_as_a_table_and_as_json(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from llm_replay.algorithms.losses import LOSSES
+
+    assert main(["losses", "--json"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert [e["name"] for e in entries] == sorted(LOSSES)
+    assert main(["losses"]) == 0
+    table = capsys.readouterr().out
+    assert "algorithm.loss" in table and "m2po" in table and "needs π_prox" in table

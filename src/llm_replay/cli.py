@@ -11,6 +11,7 @@ import argparse
 import json
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,59 +62,58 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_methods(args: argparse.Namespace) -> int:
-    from llm_replay.methods import describe
-
-    entries = describe()
+def _print_registry(
+    args: argparse.Namespace,
+    entries: list[dict[str, Any]],
+    title: str,
+    columns: tuple[str, ...],
+    row: Callable[[dict[str, Any], str], tuple[str, ...]],
+) -> int:
+    """A registry listing (`methods`, `losses`): JSON with --json, else one table row an entry;
+    `row(entry, knobs)` gets the entry's knobs already written as `name=default, ...`."""
     if args.json:
         print(json.dumps(entries, indent=1, default=str))
         return 0
-    table = Table(title="replay methods (replay.method) and options (replay.<option>)")
-    for column in ("name", "what it does", "paper", "async", "knobs (default)"):
+    table = Table(title=title)
+    for column in columns:
         table.add_column(column, overflow="fold")
     for entry in entries:
         knobs = ", ".join(f"{k['name']}={k['default']}" for k in entry["knobs"]) or "—"
-        kind = "" if entry["kind"] == "method" else " (option)"
-        table.add_row(
-            entry["name"] + kind,
-            entry["description"],
-            entry["paper"],
-            "yes" if entry["supports_async"] else "no: " + entry["async_note"],
-            knobs,
-        )
+        table.add_row(*row(entry, knobs))
     console.print(table)
     return 0
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    from llm_replay.methods import describe
+
+    def row(entry: dict[str, Any], knobs: str) -> tuple[str, ...]:
+        kind = "" if entry["kind"] == "method" else " (option)"
+        supports = "yes" if entry["supports_async"] else "no: " + entry["async_note"]
+        return entry["name"] + kind, entry["description"], entry["paper"], supports, knobs
+
+    title = "replay methods (replay.method) and options (replay.<option>)"
+    columns = ("name", "what it does", "paper", "async", "knobs (default)")
+    return _print_registry(args, describe(), title, columns, row)
 
 
 def cmd_losses(args: argparse.Namespace) -> int:
     from llm_replay.algorithms.losses import describe_losses
 
-    entries = describe_losses()
-    if args.json:
-        print(json.dumps(entries, indent=1, default=str))
-        return 0
-    table = Table(title="policy losses (algorithm.loss) and their knobs (algorithm.<knob>)")
-    for column in ("name", "per-token objective", "paper", "knobs (default)", "notes"):
-        table.add_column(column, overflow="fold")
-    for entry in entries:
-        knobs = ", ".join(f"{k['name']}={k['default']}" for k in entry["knobs"]) or "—"
+    def row(entry: dict[str, Any], knobs: str) -> tuple[str, ...]:
+        clip = entry["default_clip"]
         notes = [
-            f"clip ε default {entry['default_clip'][0]}/{entry['default_clip'][1]}"
-            if entry["default_clip"]
-            else "",
+            f"clip ε default {clip[0]}/{clip[1]}" if clip else "",
             "needs π_prox (an extra forward pass)" if entry["needs_proximal"] else "",
             f"needs advantage {entry['advantage']}" if entry["advantage"] else "",
             "runs under TRL" if entry["trl"] else "",
         ]
-        table.add_row(
-            entry["name"],
-            entry["description"],
-            entry["paper"],
-            knobs,
-            "; ".join(n for n in notes if n) or "—",
-        )
-    console.print(table)
-    return 0
+        noted = "; ".join(n for n in notes if n) or "—"
+        return entry["name"], entry["description"], entry["paper"], knobs, noted
+
+    title = "policy losses (algorithm.loss) and their knobs (algorithm.<knob>)"
+    columns = ("name", "per-token objective", "paper", "knobs (default)", "notes")
+    return _print_registry(args, describe_losses(), title, columns, row)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
