@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.config import load_config
-from llm_replay.rollout import RolloutBatch
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.runtime.ray_actors import RemoteTable, TableActor
 from llm_replay.runtime.shards import ShardedClient, ShardFront, shard_config
 from synthetic import fixed_batch

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llm_replay.rollout import RolloutBatch
+from llm_replay.data.rollout import RolloutBatch
 
 
 def fixed_batch(

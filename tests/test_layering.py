@@ -12,7 +12,12 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "llm_replay"
-BELOW_BUFFER = {"llm_replay.rollout", "llm_replay.validation", "llm_replay"}
+BELOW_BUFFER = {
+    "llm_replay.data",
+    "llm_replay.data.rollout",
+    "llm_replay.data.validation",
+    "llm_replay",
+}
 
 
 def module_name(path: Path) -> str:
@@ -76,9 +81,11 @@ def test_the_buffer_imports_nothing_above_it() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["llm_replay.buffer", "llm_replay.config", "llm_replay.methods", "llm_replay.analysis",
-     "llm_replay.report", "llm_replay.compare", "llm_replay.cli", "llm_replay.archive",
-     "llm_replay.algorithms.losses", "llm_replay.runtime.layout", "llm_replay.runtime.schedule"],
+    ["llm_replay.buffer", "llm_replay.config", "llm_replay.methods", "llm_replay.data",
+     "llm_replay.experiments.analysis", "llm_replay.experiments.report",
+     "llm_replay.experiments.compare", "llm_replay.experiments.archive", "llm_replay.cli",
+     "llm_replay.cli.commands", "llm_replay.algorithms.losses", "llm_replay.runtime.layout",
+     "llm_replay.runtime.schedule"],
 )  # fmt: skip
 def test_light_modules_load_without_torch(module: str) -> None:
     code = (

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from llm_replay.buffer import Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.learner import Learner, LearnerSettings
 from llm_replay.models import load_policy
-from llm_replay.rollout import RolloutBatch
 
 
 def sample_for(model, rng: np.random.Generator, n: int = 12) -> Sample:  # type: ignore[no-untyped-def]

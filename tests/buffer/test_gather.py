@@ -11,7 +11,7 @@ import pytest
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.gather import PinnedRows
-from llm_replay.rollout import Rollout
+from llm_replay.data.rollout import Rollout
 from tests.conftest import make_batch
 
 

@@ -24,7 +24,7 @@ from llm_replay.buffer import (
     SampleToInsertRatio,
     Uniform,
 )
-from llm_replay.rollout import InvalidRolloutError, Rollout, RolloutBatch
+from llm_replay.data.rollout import InvalidRolloutError, Rollout, RolloutBatch
 from tests.conftest import make_batch
 
 TABLES = {

@@ -25,7 +25,7 @@ from llm_replay.buffer import (
     ReplayTable,
     Uniform,
 )
-from llm_replay.rollout import InvalidRolloutError, RolloutBatch
+from llm_replay.data.rollout import InvalidRolloutError, RolloutBatch
 from tests.conftest import make_batch
 
 SAMPLERS = {

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llm_replay.analysis import RunCurves
 from llm_replay.cli import main
 from llm_replay.config import ConfigError, load_config
+from llm_replay.experiments.analysis import RunCurves
 from llm_replay.integrations.trl.runner import trl_arguments
 
 ROOT = Path(__file__).resolve().parents[2]

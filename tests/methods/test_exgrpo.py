@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods import METHODS, MethodConfigError, MethodContext
 from llm_replay.methods.exgrpo import (
     ExGRPO,
@@ -16,7 +17,6 @@ from llm_replay.methods.exgrpo import (
     bucket_weights,
     mean_surprisal,
 )
-from llm_replay.rollout import RolloutBatch
 
 
 def groups(

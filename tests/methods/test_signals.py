@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from llm_replay.buffer import Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods import METHODS, MethodContext, RunSignals, TableReplay
 from llm_replay.methods.pipeline import ReplayPipeline
 from llm_replay.methods.signals import RoundStats, prompt_key
-from llm_replay.rollout import RolloutBatch
 
 
 def round_of(pass_flags: list[list[int]], prompts: list[list[int]], first_group: int = 0):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from llm_replay.config import ConfigError, load_config
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods import MethodContext
 from llm_replay.methods.zero_variance import ZeroVarianceConfig, ZeroVarianceReplacement
-from llm_replay.rollout import RolloutBatch
 from tests.conftest import ROOT, make_batch
 
 G = 4

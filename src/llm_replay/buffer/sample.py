@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.rollout import Rollout, RolloutBatch
+from llm_replay.data.rollout import Rollout, RolloutBatch
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from llm_replay.rollout import FINISH_REASONS
+from llm_replay.data.rollout import FINISH_REASONS
 
 
 def check_storage_state(

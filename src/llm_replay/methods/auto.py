@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
     MethodConfigError,
@@ -39,7 +40,6 @@ from llm_replay.methods.base import (
 )
 from llm_replay.methods.registry import register
 from llm_replay.methods.table_spec import TableSpec
-from llm_replay.rollout import RolloutBatch
 
 
 @dataclass

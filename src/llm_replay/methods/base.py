@@ -41,9 +41,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.signals import RunSignals
 from llm_replay.methods.table_spec import TableSpec
-from llm_replay.rollout import RolloutBatch
 
 TABLE_DIR = "table"
 STATE_FILE = "method.json"

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer import Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
     MethodConfigError,
@@ -48,7 +49,6 @@ from llm_replay.methods.compose import round_half_up, with_source
 from llm_replay.methods.registry import register
 from llm_replay.methods.success_pool import prompt_key
 from llm_replay.methods.table_spec import TableSpec
-from llm_replay.rollout import RolloutBatch
 
 BUCKET_EDGES = (0.25, 0.75)  # low (0, 0.25], medium (0.25, 0.75], high (0.75, 1)
 BUCKET_CENTRES = (0.125, 0.5, 0.875)

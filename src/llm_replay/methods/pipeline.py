@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     AsyncMode,
     MethodConfig,
@@ -26,7 +27,6 @@ from llm_replay.methods.base import (
     ReplayMethod,
 )
 from llm_replay.methods.registry import OPTIONS, method_class
-from llm_replay.rollout import RolloutBatch
 
 OPTIONS_DIR = "options"
 PIPELINE_FILE = "pipeline.json"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
     MethodContext,
@@ -25,7 +26,6 @@ from llm_replay.methods.base import (
 from llm_replay.methods.compose import round_half_up, with_source
 from llm_replay.methods.registry import register
 from llm_replay.methods.table_spec import TableSpec
-from llm_replay.rollout import RolloutBatch
 
 
 class FreshAnchored:

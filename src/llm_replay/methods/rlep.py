@@ -18,6 +18,7 @@ import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import Sample
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
     MethodContext,
@@ -29,7 +30,6 @@ from llm_replay.methods.base import (
 from llm_replay.methods.registry import register
 from llm_replay.methods.success_pool import SuccessPool
 from llm_replay.methods.table_spec import TableSpec
-from llm_replay.rollout import RolloutBatch
 
 POOL_DIR = "pool"
 

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import Sample
-from llm_replay.rollout import RolloutBatch
+from llm_replay.data.rollout import RolloutBatch
 
 HALF_LIFE = 10.0
 STEP_KEYS = {  # short name: the learner's metric

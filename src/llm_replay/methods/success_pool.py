@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer import ReplayTable, Uniform
-from llm_replay.rollout import RolloutBatch
+from llm_replay.data.rollout import RolloutBatch
 
 
 def prompt_key(prompt_ids: npt.NDArray[np.int32]) -> bytes:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import Groups, ReplayTable
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     TABLE_DIR,
     MethodContext,
@@ -38,7 +39,6 @@ from llm_replay.methods.base import (
     positive,
 )
 from llm_replay.methods.registry import register_option
-from llm_replay.rollout import RolloutBatch
 
 STATE_FILE = "zero_variance.json"
 

@@ -22,7 +22,7 @@ import torch
 
 from llm_replay.buffer import MinSize, ReplayTable, Sample, TableStats
 from llm_replay.config import config_from_dict
-from llm_replay.rollout import RolloutBatch
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.runtime.async_core import (
     AsyncLearner,
     TableClient,

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.generation import Generator, SamplingParams
 from llm_replay.metrics import ComputeMeter
-from llm_replay.rollout import RolloutBatch
 from llm_replay.tasks import Problem, SafeScorer
 
 

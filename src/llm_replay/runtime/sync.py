@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from llm_replay.config import Config
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter
-from llm_replay.rollout import RolloutBatch
 from llm_replay.runtime.checkpoint import (
     check_state,
     load_training_checkpoint,

@@ -16,7 +16,7 @@ from typing import Any
 from trl import GRPOConfig
 
 from llm_replay.config import ReplayConfig
-from llm_replay.config_parse import ConfigError
+from llm_replay.config.parse import ConfigError
 from llm_replay.methods import METHODS
 
 REPLAY_LOSSES = ("trl", "asymre")

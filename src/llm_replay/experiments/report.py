@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.analysis import RunCurves, on_grid
+from llm_replay.experiments.analysis import RunCurves, on_grid
 from llm_replay.metrics.logging import read_log
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from llm_replay.report import _styles
+from llm_replay.experiments.report import _styles
 
 
 def test_a_continuation_takes_its_bases_colour_dashed_and_underneath() -> None:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
-from llm_replay.config_parse import (
+from llm_replay.config.parse import (
     ConfigError,
     build,
     check_positive,
@@ -27,7 +27,7 @@ from llm_replay.config_parse import (
     parse_override,
     yaml_error,
 )
-from llm_replay.config_workers import WorkersConfig
+from llm_replay.config.workers import WorkersConfig
 from llm_replay.methods import (
     METHODS,
     OPTIONS,

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm_replay.rollout import Group, InvalidRolloutError, Rollout, RolloutBatch
+from llm_replay.data.rollout import Group, InvalidRolloutError, Rollout, RolloutBatch
 
 
 def rollout(**overrides: object) -> Rollout:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_replay.buffer.durable import FSYNC_POLICIES
-from llm_replay.config_parse import ConfigError, check_positive
+from llm_replay.config.parse import ConfigError, check_positive
 
 
 @dataclass

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_replay.analysis import RunCurves, compare_methods, median_or_none
+from llm_replay.experiments.analysis import RunCurves, compare_methods, median_or_none
 from llm_replay.metrics import MetricsLogger
 
 
@@ -81,7 +81,7 @@ def test_paired_ratios_on_each_basis(tmp_path: Path) -> None:
 
 
 def test_median_interval_is_a_bootstrap_interval_of_the_median() -> None:
-    from llm_replay.analysis import median_interval
+    from llm_replay.experiments.analysis import median_interval
 
     assert median_interval([0.5]) is None  # one seed: nothing to resample
     assert median_interval([0.5, 0.5, 0.5]) == [0.5, 0.5]
@@ -130,8 +130,8 @@ def test_zero_variance_share_is_the_run_mean_then_the_seed_median(tmp_path: Path
 def test_plateau_verdict_reads_the_baselines_tail_slope(tmp_path: Path) -> None:
     import numpy as np
 
-    from llm_replay.analysis import PLATEAU_SLOPE, plateau_verdict
-    from llm_replay.comparison_table import plateau_note
+    from llm_replay.experiments.analysis import PLATEAU_SLOPE, plateau_verdict
+    from llm_replay.experiments.comparison_table import plateau_note
 
     share = np.linspace(0.0, 1.0, 21)
     climbs = [
@@ -160,7 +160,7 @@ def test_plateau_verdict_reads_the_baselines_tail_slope(tmp_path: Path) -> None:
 def test_a_plateau_call_whose_interval_spans_the_threshold_says_it_is_weak(tmp_path: Path) -> None:
     import numpy as np
 
-    from llm_replay.comparison_table import plateau_note
+    from llm_replay.experiments.comparison_table import plateau_note
 
     share = np.linspace(0.0, 1.0, 21)
     runs = [

@@ -13,7 +13,7 @@ logs what an uninterrupted one does), for the extra budget's cost only. That is 
 plateau is located without re-running it. The summary (`OUT/summary.json`) and the plots are
 derived from the logs alone, so `llm-replay report` redraws them without re-running, from whatever
 runs have finished. A run whose summary exists is skipped, so an interrupted comparison resumes;
-with `archive: DIR` every finished run is also copied there in compact form (`llm_replay.archive`),
+with `archive: DIR` every finished run is also copied there in compact form (`llm_replay.experiments.archive`),
 and a run found there is restored instead of re-run, so a comparison spread over sessions and
 machines resumes from a committed directory.
 """
@@ -30,14 +30,14 @@ from typing import Any
 
 import yaml
 
-from llm_replay.analysis import RunCurves, compare_methods
-from llm_replay.archive import (
+from llm_replay.config import ConfigError, load_config
+from llm_replay.experiments.analysis import RunCurves, compare_methods
+from llm_replay.experiments.archive import (
     ArchiveMismatch,
     archive_run,
     archived_dir,
     restore_run,
 )
-from llm_replay.config import ConfigError, load_config
 from llm_replay.runtime.layout import CHECKPOINT_DIR, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
@@ -336,7 +336,7 @@ def run_experiment(
     core, or per machine sharing the archive) split an experiment without running anything
     twice; each summarises whatever is finished when it ends (None: a part ended before any
     baseline run was finished, so there is nothing to compare yet)."""
-    from llm_replay.training import console
+    from llm_replay.cli.progress import console
 
     i, n = part
     planned = experiment.planned()
@@ -375,7 +375,7 @@ def run_experiment(
 
 
 def _run(experiment: Experiment, method: Method, seed: int, config: Any, progress: bool) -> None:
-    from llm_replay.training import run_training
+    from llm_replay.cli.progress import run_training
 
     if method.backend == "trl":
         from llm_replay.integrations.trl.runner import run_trl
@@ -433,7 +433,7 @@ def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) 
 def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any]:
     """Compare what has finished; write `summary.json` and the plots to `dest` (default: the
     experiment's `out`)."""
-    from llm_replay.report import plot_experiment
+    from llm_replay.experiments.report import plot_experiment
 
     runs: dict[str, list[RunCurves]] = {}
     missing: list[str] = []

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from llm_replay.cli import main
-from llm_replay.compare import load_experiment
 from llm_replay.config import ConfigError
+from llm_replay.experiments.compare import load_experiment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY_SET = """
   - generation.prompts_per_step=4
   - generation.group_size=4
@@ -211,7 +211,7 @@ def test_parts_split_the_runs_without_overlap(
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "1/0", "a/b", "2"])
 def test_bad_part_is_refused(text: str) -> None:
-    from llm_replay.compare import parse_part
+    from llm_replay.experiments.compare import parse_part
 
     with pytest.raises(ConfigError, match="--part"):
         parse_part(text)
@@ -290,7 +290,7 @@ def test_quick_experiment_from_scratch(tmp_path: Path, monkeypatch: pytest.Monke
 def test_shipped_experiment_file_validates(
     name: str, quick: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llm_replay.compare import run_config
+    from llm_replay.experiments.compare import run_config
 
     monkeypatch.chdir(ROOT)
     experiment = load_experiment(f"configs/{name}.yaml", quick=quick)
@@ -313,7 +313,7 @@ def test_shipped_experiment_file_validates(
 def test_shipped_trl_experiment_file_validates(
     quick: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from llm_replay.compare import run_config
+    from llm_replay.experiments.compare import run_config
 
     monkeypatch.chdir(ROOT)
     experiment = load_experiment("configs/experiment_trl.yaml", quick=quick)
@@ -325,7 +325,7 @@ def test_shipped_trl_experiment_file_validates(
 
 
 def test_trl_backend_refuses_what_it_cannot_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from llm_replay.compare import run_config
+    from llm_replay.experiments.compare import run_config
 
     monkeypatch.chdir(ROOT)
     path = tmp_path / "exp.yaml"
@@ -339,7 +339,7 @@ def test_trl_backend_refuses_what_it_cannot_run(tmp_path: Path, monkeypatch: pyt
 
 
 def test_an_archive_made_under_another_protocol_is_refused(tmp_path: Path) -> None:
-    from llm_replay.archive import ArchiveMismatch, archive_run, restore_run
+    from llm_replay.experiments.archive import ArchiveMismatch, archive_run, restore_run
 
     run = tmp_path / "run"
     run.mkdir()
@@ -389,7 +389,7 @@ quick:
 def test_an_extended_method_continues_the_finished_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import llm_replay.training as training
+    import llm_replay.cli.progress as training
 
     monkeypatch.chdir(ROOT)
     path = write_extended_experiment(tmp_path)
@@ -434,7 +434,7 @@ def test_an_extended_method_continues_the_finished_runs(
         other["target_accuracy"] == summary["methods"]["on_policy_long"]["final_accuracy"]["median"]
     )
     assert json.loads((out / "summary.json").read_text())["baseline"] == "on_policy"
-    from llm_replay.compare import with_baseline
+    from llm_replay.experiments.compare import with_baseline
 
     with pytest.raises(ConfigError, match="baseline = 'nope'"):
         with_baseline(load_experiment(path), "nope")

@@ -16,10 +16,10 @@ from typing import Any
 
 from rich.table import Table
 
-from llm_replay.analysis import RunCurves, compare_methods
+from llm_replay.cli.progress import console, print_summary, run_training
 from llm_replay.config import ConfigError, load_config
-from llm_replay.report import plot_accuracy_vs_compute
-from llm_replay.training import console, print_summary, run_training
+from llm_replay.experiments.analysis import RunCurves, compare_methods
+from llm_replay.experiments.report import plot_accuracy_vs_compute
 
 CONFIGS = {"replay": "configs/replay_positive.yaml", "on-policy": "configs/on_policy.yaml"}
 BASIS = "mu_5"

@@ -12,8 +12,8 @@ import pytest
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.durable import LOG
 from llm_replay.cli import main
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.models import build_char_tokenizer
-from llm_replay.rollout import RolloutBatch
 
 
 def text_batch(texts: list[tuple[str, str]], rewards: list[float], version: int) -> RolloutBatch:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.validation import (
+from llm_replay.data.validation import (
     FINISH_REASONS,
     MAX_TOKEN_ID,
     FloatArray,

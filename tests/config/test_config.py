@@ -10,7 +10,7 @@ from llm_replay.config import Config, ConfigError, config_from_dict, load_config
 
 PRESETS = sorted(
     p
-    for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")
+    for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")
     if not p.stem.startswith("experiment")
 )
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from llm_replay.buffer.checkpoint import CheckpointError
-from llm_replay.comparison_table import comparison_markdown, print_comparison
+from llm_replay.cli.progress import console, print_summary, run_training
 from llm_replay.config import ConfigError, load_config
+from llm_replay.data.rollout import InvalidRolloutError
+from llm_replay.experiments.comparison_table import comparison_markdown, print_comparison
 from llm_replay.models import ModelLoadError
-from llm_replay.rollout import InvalidRolloutError
 from llm_replay.tasks import TaskError
-from llm_replay.training import console, print_summary, run_training
 
 USER_ERRORS = (ConfigError, TaskError, ModelLoadError, CheckpointError, InvalidRolloutError)
 
@@ -117,7 +116,7 @@ def cmd_losses(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from llm_replay.compare import load_experiment, parse_part, run_experiment
+    from llm_replay.experiments.compare import load_experiment, parse_part, run_experiment
 
     part = parse_part(args.part)
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
@@ -137,7 +136,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from llm_replay.compare import load_experiment, summarise, with_baseline
+    from llm_replay.experiments.compare import load_experiment, summarise, with_baseline
 
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
     dest = None
@@ -157,7 +156,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from llm_replay.buffer import ReplayTable
     from llm_replay.buffer.stats import merge_stats
-    from llm_replay.table_report import describe_table, plot_table, sharded_table_dirs
+    from llm_replay.cli.inspect_table import describe_table, plot_table, sharded_table_dirs
 
     path = Path(args.table)
     if not path.exists():
@@ -278,7 +277,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from llm_replay.demo import run_demo
+    from llm_replay.cli.demo import run_demo
 
     run_demo(Path(args.out), quick=args.quick)
     return 0
@@ -378,7 +377,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/]")
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -11,7 +11,7 @@ import pytest
 
 from llm_replay.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--set", "generation.prompts_per_step=4", "--set", "generation.group_size=2",
     "--set", "eval.size=8", "--set", "eval.pass_size=2", "--set", "eval.pass_k=[1,2]",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_replay import archive as archive_module
-from llm_replay.archive import ARCHIVED_METRICS, archive_run, archived_dir, restore_run
+from llm_replay.experiments import archive as archive_module
+from llm_replay.experiments.archive import ARCHIVED_METRICS, archive_run, archived_dir, restore_run
 
 
 def finished_run(path: Path, summary: str = '{"final": 0.5}') -> Path:
