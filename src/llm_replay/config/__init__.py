@@ -179,10 +179,13 @@ class AlgorithmConfig:
         return loss_class(self.loss)(self.loss_settings)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"advantage": self.advantage, "loss": self.loss}
-        out.update(dataclasses.asdict(self.loss_settings))
-        for name in ("aggregation", "kl_coef", "entropy_coef", "use_sampling_weights"):
-            out[name] = getattr(self, name)
+        """The fields in order, the chosen loss's knobs flat in place of `loss_settings`."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "loss_settings":
+                out.update(dataclasses.asdict(self.loss_settings))
+            else:
+                out[f.name] = getattr(self, f.name)
         return out
 
     @classmethod
