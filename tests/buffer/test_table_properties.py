@@ -25,6 +25,7 @@ from llm_replay.buffer import (
     ReplayTable,
     Uniform,
 )
+from llm_replay.buffer.prompt_index import PromptIndex, prompt_key
 from llm_replay.data.rollout import InvalidRolloutError, RolloutBatch
 from tests.conftest import make_batch
 
@@ -265,6 +266,27 @@ class TableMachine(RuleBasedStateMachine):
             got, found = table.get(keys)
             assert found.all()
             assert got.rollouts() == [self.inserted[k] for k in keys.tolist()]
+            rows, found = table.get_batch(np.append(keys, 10**12))
+            assert found[:-1].all() and not found[-1]
+            assert rows.rollouts() == [self.inserted[k] for k in keys.tolist()]
+
+    @invariant()
+    def prompt_index_is_what_a_rebuild_finds(self) -> None:
+        """The table's per-prompt index, kept in step since its first use, lists exactly what
+        one built from the contents does (and what the inserted rollouts say)."""
+        if not hasattr(self, "table"):
+            return
+        table = self.table
+        listed = {q: table.keys_for_prompt(q).tolist() for q in table.prompts()}
+        rebuilt = PromptIndex(table.storage)
+        assert table.prompts() == rebuilt.prompts()
+        assert listed == {q: rebuilt.keys(q).tolist() for q in rebuilt.prompts()}
+        expected: dict[bytes, list[int]] = {}
+        for key in sorted(
+            live_keys(table).tolist(), key=lambda k: table.storage.seq[k % table.max_rollouts]
+        ):
+            expected.setdefault(prompt_key(self.inserted[key].prompt_ids), []).append(key)
+        assert listed == expected
 
 
 @pytest.mark.parametrize("sampler_name", sorted(SAMPLERS))

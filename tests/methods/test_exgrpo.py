@@ -172,7 +172,9 @@ def test_evicted_trajectories_leave_the_index() -> None:
     for round_ in range(6):  # 4 successes per round into a table of 8: older ones are evicted
         spec = [(1000 * round_ + q, [True, True, False, False]) for q in range(0, 20, 10)]
         list(m.batches(groups(spec)))
-    entries = sum(len(e) for e in m._index.values())
-    assert entries <= 2 * 8 + 4  # pruned past twice the table's size
-    live = m.table.contains(np.asarray([k for e in m._index.values() for _, k in e]))
-    assert live.sum() == m.table.size
+    assert m.table.num_prompts == 4  # the last two rounds' questions; the rest were evicted
+    keys = np.concatenate([m.table.keys_for_prompt(q) for q in m.table.prompts()])
+    assert m.table.contains(keys).all() and len(keys) == m.table.size == 8
+    assert len(m._surprisal) <= 2 * 8 + 4  # pruned past twice the table's size
+    drawn = m.draw(4)
+    assert drawn is not None and len(drawn) == 4  # only live trajectories are offered

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,6 @@ import numpy.typing as npt
 from llm_replay.buffer.arena import DiskArena, batch_nbytes
 from llm_replay.buffer.arguments import (
     batch_size_arg,
-    keys_arg,
     pad_id_arg,
     timeout_arg,
     token_arg,
@@ -44,7 +43,9 @@ from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.gather import PinnedRows, increment
 from llm_replay.buffer.kernels import apply_thread_environment
 from llm_replay.buffer.presets import TablePresets
+from llm_replay.buffer.prompt_index import PromptIndex
 from llm_replay.buffer.rate_limit import MinSize, RateLimiter, RateLimiterTimeout, TableClosed
+from llm_replay.buffer.rows import TableRows
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import Sampler, Uniform
 from llm_replay.buffer.stats import TableCounters, TableStats
@@ -56,9 +57,10 @@ from llm_replay.data.rollout import Group, Rollout, RolloutBatch
 logger = logging.getLogger(__name__)
 
 I64 = npt.NDArray[np.int64]
+T = TypeVar("T")
 
 
-class ReplayTable(TablePresets, Journaled, TableUpdates):
+class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
     """A replay table. Construct directly, or with a preset classmethod (`queue`, `uniform`, ...)."""
 
     def __init__(
@@ -120,6 +122,7 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         self._evictions = dict.fromkeys(REASONS, 0)
         self._log: OperationLog | None = None  # set by `open` (durable tables)
         self._tokens: set[int] = set()  # of idempotent inserts
+        self._prompt_index: PromptIndex | None = None  # built on first use (`rows`)
 
     # ----------------------------------------------------------------- properties
     @property
@@ -224,6 +227,8 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         # before any rule below can evict (and re-key) them
         keys[slice(None) if keep is None else keep] = self.storage.keys_of(slots)
         self.sampler.on_insert(slots)
+        if self._prompt_index is not None:
+            self._prompt_index.added(slots, stored)
         self.counters.inserts += n
         self.counters.insert_calls += 1
         if self.eviction.max_age is not None:
@@ -236,9 +241,19 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
     # ----------------------------------------------------------------- sample
     def sample(self, batch_size: int, *, timeout: float | None = None, pad_id: int = 0) -> Sample:
         """Draw `batch_size` rollouts as a learner-ready `Sample`. Blocks while the limiter says so."""
+        pad = pad_id_arg(pad_id)
+        pin, rows, columns = self._draw(batch_size, timeout, self._apply_sample)
+        return self._gather(pin, rows, columns, pad)
+
+    def sample_batch(self, batch_size: int, *, timeout: float | None = None) -> RolloutBatch:
+        """Draw as `sample` does (same limiter, RNG, counts and evictions), the rows as a columnar
+        `RolloutBatch`: for a caller that composes batches rather than trains on them (the intake
+        queue of a run in rounds), so padding happens once, at the learner."""
+        return self._draw(batch_size, timeout, self._apply_sample_rows)
+
+    def _draw(self, batch_size: int, timeout: float | None, apply: Callable[[int], T]) -> T:
         n = batch_size_arg(batch_size)
         wait = timeout_arg(timeout)
-        pad = pad_id_arg(pad_id)
         self.rate_limiter.check_sample_size(n)
         if not self.sampler.with_replacement and n > self.max_rollouts:
             raise ValueError(
@@ -247,10 +262,10 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
             )
         with self._cond:
             self._wait(lambda: self._can_sample(n), wait, f"sample of {n} rollouts")
-            pin, rows, columns = self._apply_sample(n)
+            drawn = apply(n)
             self._journal("sample", n=n)
             self._cond.notify_all()
-        return self._gather(pin, rows, columns, pad)
+        return drawn
 
     def _apply_sample(self, n: int) -> tuple[int, PinnedRows, dict[str, Any]]:
         slots, probabilities = self.sampler.sample(n, self._rng)
@@ -258,6 +273,13 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         columns = self._sample_columns(slots, probabilities, count=True)
         self._evict(self.eviction.for_times_sampled(self.storage, slots), "max_times_sampled")
         return pin, rows, columns
+
+    def _apply_sample_rows(self, n: int) -> RolloutBatch:
+        slots, probabilities = self.sampler.sample(n, self._rng)
+        batch = self.storage.gather_batch(slots)
+        self._sample_columns(slots, probabilities, count=True)
+        self._evict(self.eviction.for_times_sampled(self.storage, slots), "max_times_sampled")
+        return batch
 
     def _starved(self) -> bool:
         """The sample side cannot be served for lack of rollouts (so inserts must pass)."""
@@ -326,40 +348,6 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
             **columns,
         )
 
-    def get(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
-        """Read stored rollouts by key without counting a sample; also returns which keys exist."""
-        return self._by_key(keys, pad_id, count=False)
-
-    def contains(self, keys: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        """Which of `keys` name rollouts still stored."""
-        key_array = keys_arg(keys)
-        with self._cond:
-            return self.storage.slots_of(key_array)[1]
-
-    def take(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, npt.NDArray[np.bool_]]:
-        """Draw the rollouts with these keys, counted like `sample` (times sampled, ages, eviction
-        by `max_times_sampled`), for methods that choose rollouts themselves; missing keys are
-        skipped and the second value says which were found."""
-        return self._by_key(keys, pad_id, count=True)
-
-    def _by_key(self, keys: Any, pad_id: int, *, count: bool) -> tuple[Sample, Any]:
-        key_array, pad = keys_arg(keys), pad_id_arg(pad_id)
-        with self._cond:
-            pin, rows, columns, found = self._apply_take(key_array, count=count)
-            if count:
-                self._journal("take", keys=key_array)
-                self._cond.notify_all()
-        return self._gather(pin, rows, columns, pad), found
-
-    def _apply_take(self, keys: I64, *, count: bool) -> tuple[int, PinnedRows, Any, Any]:
-        slots, found = self.storage.slots_of(keys)
-        hit = slots[found]
-        pin, rows = self.storage.pin(hit)
-        columns = self._sample_columns(hit, np.ones(len(hit)), count=count)
-        if count:
-            self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
-        return pin, rows, columns, found
-
     def _evict(self, slots: I64, reason: str) -> None:
         if len(slots) == 0:
             return
@@ -368,6 +356,8 @@ class ReplayTable(TablePresets, Journaled, TableUpdates):
         if len(unique) == 0:
             return
         self.sampler.on_remove(unique)
+        if self._prompt_index is not None:
+            self._prompt_index.removed(unique)
         self.storage.remove(unique)
         self._evictions[reason] += len(unique)
 

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer import Sample
+from llm_replay.buffer.prompt_index import batch_prompt_keys
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
@@ -47,7 +48,6 @@ from llm_replay.methods.base import (
 )
 from llm_replay.methods.compose import round_half_up, with_source
 from llm_replay.methods.registry import register
-from llm_replay.methods.success_pool import prompt_key
 from llm_replay.methods.table_spec import TableSpec
 
 BUCKET_EDGES = (0.25, 0.75)  # low (0, 0.25], medium (0.25, 0.75], high (0.75, 1)
@@ -74,11 +74,6 @@ def mean_surprisal(batch: RolloutBatch) -> npt.NDArray[np.float64]:
     )
     sums = np.where(lengths > 0, sums, 0.0)
     return -sums / np.maximum(lengths, 1)
-
-
-def prompt_keys(batch: RolloutBatch) -> list[bytes]:
-    offsets = np.concatenate(([0], np.cumsum(batch.prompt_lengths)))
-    return [prompt_key(batch.prompt_ids[offsets[i] : offsets[i + 1]]) for i in range(len(batch))]
 
 
 @dataclass
@@ -116,7 +111,7 @@ class ExGRPO(ReplayMethod[ExGRPOConfig]):
         super().__init__(settings, context)
         self.rates: dict[bytes, float] = {}
         self.retired: set[bytes] = set()
-        self._index: dict[bytes, list[tuple[float, int]]] = {}
+        self._surprisal: dict[int, float] = {}  # of each stored trajectory, by key
         self._rng = np.random.default_rng(context.seed + 2)
         self._weights = bucket_weights(self.exgrpo.centre, self.exgrpo.sigma)
         self.replayed_last = 0
@@ -145,7 +140,7 @@ class ExGRPO(ReplayMethod[ExGRPOConfig]):
 
     def observe(self, fresh: RolloutBatch) -> None:
         """Update each question's latest rate; store correct rollouts of partly solved groups."""
-        questions = prompt_keys(fresh)
+        questions = batch_prompt_keys(fresh)
         surprisal = mean_surprisal(fresh)
         keep: list[int] = []
         for group in np.unique(fresh.group_ids).tolist():
@@ -156,58 +151,40 @@ class ExGRPO(ReplayMethod[ExGRPOConfig]):
             self.rates[question] = rate
             if rate >= 1.0 and self.exgrpo.retire_solved:
                 self.retired.add(question)
-                dropped = self._index.pop(question, [])
-                if dropped:
-                    self.table.remove(np.asarray([k for _, k in dropped], dtype=np.int64))
+                dropped = self.table.keys_for_prompt(question)
+                if len(dropped):
+                    self.table.remove(dropped)
             elif 0.0 < rate < 1.0 and question not in self.retired:
                 keep.extend(members[correct].tolist())
         self.stored_last = len(keep)
-        if sum(len(e) for e in self._index.values()) > 2 * self.table.max_rollouts:
+        if len(self._surprisal) > 2 * self.table.max_rollouts:
             self._prune()
         if not keep:
             return
         rows = np.asarray(keep)
         keys = self.table.insert(fresh.select(rows))
-        for row, key in zip(rows.tolist(), keys.tolist(), strict=True):
-            self._index.setdefault(questions[row], []).append((float(surprisal[row]), key))
+        self._surprisal.update(zip(keys.tolist(), surprisal[rows].tolist(), strict=True))
 
     def draw(self, n: int) -> Sample | None:
         """Up to `n` trajectories of distinct questions, chosen as the module docstring says."""
-        chosen: list[int] = []
-        pending = self._pick_questions(n)
-        while pending and len(chosen) < n:
-            best = {q: min(self._index[q])[1] for q in pending}
-            found = self.table.contains(np.asarray(list(best.values()), dtype=np.int64))
-            retry = []
-            for (question, key), alive in zip(best.items(), found.tolist(), strict=True):
-                if alive:
-                    chosen.append(key)
-                    continue
-                self._index[question] = [e for e in self._index[question] if e[1] != key]
-                if self._index[question]:
-                    retry.append(question)
-                else:
-                    del self._index[question]
-            pending = retry
+        chosen = [
+            min((self._surprisal[k], k) for k in self.table.keys_for_prompt(q).tolist())[1]
+            for q in self._pick_questions(n)
+        ]
         if not chosen:
             return None
         sample, _ = self.table.take(np.asarray(chosen, dtype=np.int64))
         return sample
 
     def _prune(self) -> None:
-        """Drop index entries of trajectories the table has evicted (FIFO at capacity)."""
-        for question in list(self._index):
-            entries = self._index[question]
-            alive = self.table.contains(np.asarray([k for _, k in entries], dtype=np.int64))
-            kept = [e for e, a in zip(entries, alive.tolist(), strict=True) if a]
-            if kept:
-                self._index[question] = kept
-            else:
-                del self._index[question]
+        """Forget the surprisal of trajectories the table has evicted (FIFO at capacity)."""
+        keys = np.fromiter(self._surprisal, dtype=np.int64)
+        for key in keys[~self.table.contains(keys)].tolist():
+            del self._surprisal[key]
 
     def _pick_questions(self, n: int) -> list[bytes]:
         buckets: list[list[bytes]] = [[], [], []]
-        for question in self._index:
+        for question in self.table.prompts():
             buckets[bucket_of(self.rates.get(question, 0.0))].append(question)
         for members in buckets:
             self._rng.shuffle(members)
@@ -227,7 +204,7 @@ class ExGRPO(ReplayMethod[ExGRPOConfig]):
     # ------------------------------------------------------------------ bookkeeping
     def metrics(self) -> dict[str, float]:
         counts = [0, 0, 0]
-        for question in self._index:
+        for question in self.table.prompts():
             counts[bucket_of(self.rates.get(question, 0.0))] += 1
         return {
             **super().metrics(),
@@ -253,13 +230,6 @@ class ExGRPO(ReplayMethod[ExGRPOConfig]):
 
     def load(self, directory: Path) -> None:
         super().load(directory)
-        self._index.clear()
-        live = self.table.storage.live_in_order()
-        keys = self.table.storage.keys_of(live)
-        if len(keys):
-            stored = self.table.get(keys)[0].to_batch()
-            for question, surprisal, key in zip(
-                prompt_keys(stored), mean_surprisal(stored), keys.tolist(), strict=True
-            ):
-                if question not in self.retired:
-                    self._index.setdefault(question, []).append((float(surprisal), key))
+        keys = self.table.storage.keys_of(self.table.storage.live_in_order())
+        stored, _ = self.table.get_batch(keys)
+        self._surprisal = dict(zip(keys.tolist(), mean_surprisal(stored).tolist(), strict=True))

@@ -105,7 +105,7 @@ class ReplayPipeline:
         self.version_offset = source.policy_version
         self.set_policy_version(0)
         if len(keys):
-            batch = source.get(keys)[0].to_batch()
+            batch, _ = source.get_batch(keys)
             batch = dataclasses.replace(batch, group_ids=batch.group_ids + PRELOADED_GROUPS)
             self.method.preload(batch)
         self.preloaded = len(keys)

@@ -30,13 +30,12 @@ can be plotted beside what it did.
 
 Decisions: the signals hold summaries, not rollouts (the table holds those); their state is
 saved with the method's so that a resumed run's method reads what the uninterrupted one would.
-A round's pass rates are per group, with a stable per-prompt key (a hash of its prompt tokens),
-so a method can follow prompts that recur across rounds.
+A round's pass rates are per group, with a stable per-prompt key (`buffer.prompt_index.prompt_key`,
+the key of a table's per-prompt index), so a method can follow prompts that recur across rounds.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -45,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import Sample
+from llm_replay.buffer.prompt_index import prompt_key
 from llm_replay.data.rollout import RolloutBatch
 
 HALF_LIFE = 10.0
@@ -71,7 +71,7 @@ class RoundStats:
     negative log-probability under the behaviour policy (an unbiased estimate of its entropy)."""
 
     group_ids: list[int] = field(default_factory=list)
-    prompt_keys: list[int] = field(default_factory=list)
+    prompt_keys: list[bytes] = field(default_factory=list)
     pass_rates: list[float] = field(default_factory=list)
     reward_mean: float = math.nan
     zero_variance_share: float = math.nan
@@ -105,12 +105,6 @@ class RoundStats:
             entropy=float(-tokens.mean()) if tokens.size else math.nan,
             rollouts=len(fresh),
         )
-
-
-def prompt_key(tokens: np.ndarray) -> int:
-    """A stable 63-bit key of a prompt's token ids (the same in every process and run)."""
-    digest = hashlib.blake2b(np.ascontiguousarray(tokens, dtype=np.int64).tobytes(), digest_size=8)
-    return int.from_bytes(digest.digest(), "little") >> 1
 
 
 class RunSignals:
@@ -197,7 +191,10 @@ class RunSignals:
             "steps": self.steps,
             "rounds": self.rounds,
             "step": dict(self.step),
-            "round": {k: _json(v) for k, v in asdict(self.round).items()},
+            "round": {
+                **{k: _json(v) for k, v in asdict(self.round).items()},
+                "prompt_keys": [q.hex() for q in self.round.prompt_keys],
+            },
             "sums": {k: list(v) for k, v in self._sums.items()},
             "first": dict(self._first),
         }
@@ -208,6 +205,7 @@ class RunSignals:
         self.steps, self.rounds = int(state["steps"]), int(state["rounds"])
         self.step = {str(k): float(v) for k, v in state["step"].items()}
         saved: dict[str, Any] = {k: math.nan if v is None else v for k, v in state["round"].items()}
+        saved["prompt_keys"] = [bytes.fromhex(q) for q in saved["prompt_keys"]]
         self.round = RoundStats(**saved)
         self._sums = {str(k): [float(x) for x in v] for k, v in state["sums"].items()}
         self._first = {str(k): float(v) for k, v in state["first"].items()}

@@ -2,14 +2,12 @@
 
 Phase I of RLEP (arXiv 2507.07451) collects verified-correct answers; a prompt enters the pool
 once one of its groups has at least `min_correct` correct answers. Phase II draws M of them for the
-same prompt. The pool is an ordinary `ReplayTable` (so it has eviction, stats and checkpoints)
-plus an index from a prompt's token ids to the keys of its stored successes; the index is
-rebuilt from the table on load, and keys of evicted rollouts are dropped when next touched.
+same prompt. The pool is an ordinary `ReplayTable` (so it has eviction, stats and checkpoints);
+the table's own per-prompt index (`ReplayTable.keys_for_prompt`) finds a prompt's successes.
 """
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +15,10 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer import ReplayTable, Uniform
+from llm_replay.buffer.prompt_index import prompt_key
 from llm_replay.data.rollout import RolloutBatch
 
-
-def prompt_key(prompt_ids: npt.NDArray[np.int32]) -> bytes:
-    """A 16-byte digest of a prompt's token ids (the identity of a question)."""
-    return hashlib.blake2b(
-        np.ascontiguousarray(prompt_ids, dtype=np.int32).tobytes(), digest_size=16
-    ).digest()
+__all__ = ["SuccessPool", "prompt_key"]
 
 
 class SuccessPool:
@@ -45,16 +39,13 @@ class SuccessPool:
             max_rollouts, sampler=Uniform(), seed=seed, name="rlep_pool"
         )
         self._rng = np.random.default_rng(seed + 1)
-        self._index: dict[bytes, list[int]] = {}
-        if table is not None:
-            self._reindex()
 
     def __len__(self) -> int:
         return self.table.size
 
     @property
     def num_prompts(self) -> int:
-        return len(self._index)
+        return self.table.num_prompts
 
     def add(self, rollouts: RolloutBatch) -> int:
         """Store the correct rollouts of every group with >= min_correct of them; returns how many."""
@@ -67,42 +58,16 @@ class SuccessPool:
         if not keep:
             return 0
         chosen = batch.select(np.asarray(keep))
-        keys = self.table.insert(chosen)
-        offsets = np.concatenate(([0], np.cumsum(chosen.prompt_lengths)))
-        for i, key in enumerate(keys.tolist()):
-            prompt = chosen.prompt_ids[offsets[i] : offsets[i + 1]]
-            self._index.setdefault(prompt_key(prompt), []).append(key)
-        return len(keys)
+        return len(self.table.insert(chosen))
 
     def draw(self, prompt_ids: npt.NDArray[np.int32], m: int) -> RolloutBatch | None:
         """Up to `m` stored successes for this prompt (without replacement), or None."""
-        key = prompt_key(prompt_ids)
-        keys = self._index.get(key)
-        if not keys or m <= 0:
+        keys = self.table.keys_for_prompt(prompt_key(prompt_ids))
+        if not len(keys) or m <= 0:
             return None
-        picked = np.asarray(keys)[self._rng.permutation(len(keys))[:m]]
-        sample, found = self.table.get(picked)
-        if not found.all():  # some were evicted: forget them
-            dead = set(picked[~found].tolist())
-            self._index[key] = [k for k in keys if k not in dead]
-            if not self._index[key]:
-                del self._index[key]
-        if len(sample) == 0:
-            return None
-        return sample.to_batch()
-
-    def _reindex(self) -> None:
-        self._index.clear()
-        live = self.table.storage.live_in_order()
-        keys = self.table.storage.keys_of(live)
-        if not len(keys):
-            return
-        sample, _ = self.table.get(keys)
-        batch = sample.to_batch()
-        offsets = np.concatenate(([0], np.cumsum(batch.prompt_lengths)))
-        for i, k in enumerate(keys.tolist()):
-            prompt = batch.prompt_ids[offsets[i] : offsets[i + 1]]
-            self._index.setdefault(prompt_key(prompt), []).append(k)
+        picked = keys[self._rng.permutation(len(keys))[:m]]
+        batch, _ = self.table.get_batch(picked)
+        return batch if len(batch) else None
 
     def rng_state(self) -> dict[str, Any]:
         """The draw RNG's state (JSON-serialisable); the table checkpoint holds everything else."""

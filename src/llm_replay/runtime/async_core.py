@@ -8,7 +8,8 @@ mode; "rounds" whenever an option such as zero-variance replacement is on):
   queue), is filled by the workers; every learner step samples `train.batch_size` from it.
 - "rounds": workers deliver rounds (one work item = one sync iteration's fresh groups) to an intake
   queue; the learner takes one round per iteration, and the method (with its options) composes
-  that round's batches exactly as in the sync loop — fresh-anchored prioritized, RLEP with a
+  that round's batches exactly as in the sync loop (a round comes out of the queue as rows,
+  `ReplayTable.sample_batch`, so it is padded once, at the learner) — fresh-anchored prioritized, RLEP with a
   collected pool, auto. The queue holds at most `max(2, workers.count)` rounds, which bounds how
   far generation runs ahead.
 
@@ -23,16 +24,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from llm_replay.buffer import ReplayTable, Sample, SampleToInsertRatio
 from llm_replay.buffer.rate_limit import RateLimiter, RateLimiterTimeout
 from llm_replay.config import Config
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.learner import Learner, sample_metrics
 from llm_replay.methods import ReplayPipeline
 from llm_replay.methods.pipeline import async_mode
 from llm_replay.metrics import ComputeMeter, RoleClock
 from llm_replay.runtime.components import table_spec
+
+T = TypeVar("T")
 
 PRIVATE_KEYS = ("_busy", "_idle", "_table", "_weight_sync", "_rollouts")
 
@@ -107,6 +111,11 @@ class TableClient(Protocol):
         """(sample, seconds blocked by the limiter, seconds of table work and transfer)."""
         ...
 
+    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+        """The next round from the intake queue of "rounds" mode, as rows (padding happens at
+        the learner), with the same two timings as `sample`."""
+        ...
+
     def set_policy_version(self, version: int) -> None: ...
 
 
@@ -117,17 +126,23 @@ class LocalTable:
         self.table = table
 
     def sample(self, batch_size: int) -> tuple[Sample, float, float]:
+        return self._draw(batch_size, self.table.sample)
+
+    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+        return self._draw(size, self.table.sample_batch)
+
+    def _draw(self, n: int, draw: Callable[..., T]) -> tuple[T, float, float]:
         idle = 0.0
         while True:
             start = time.perf_counter()
-            self.table.wait_for_sample(batch_size)  # TableClosed when the run stops
+            self.table.wait_for_sample(n)  # TableClosed when the run stops
             idle += time.perf_counter() - start
             start = time.perf_counter()
             try:
-                sample = self.table.sample(batch_size, timeout=0)
+                drawn = draw(n, timeout=0)
             except RateLimiterTimeout:  # an insert evicted what made the sample possible
                 continue
-            return sample, idle, time.perf_counter() - start
+            return drawn, idle, time.perf_counter() - start
 
     def set_policy_version(self, version: int) -> None:
         self.table.set_policy_version(version)
@@ -160,9 +175,9 @@ class AsyncLearner:
                 self._step(*self.client.sample(self.batch_size))
                 for _ in range(self.steps_per_iteration)
             ]
-        round_sample, idle, table_seconds = self.client.sample(self.round_size)
+        fresh, idle, table_seconds = self.client.take_round(self.round_size)
         steps: list[dict[str, float]] = []
-        batches = self.pipeline.batches(round_sample.to_batch())
+        batches = self.pipeline.batches(fresh)
         while True:
             start = time.perf_counter()
             sample = next(batches, None)

@@ -78,6 +78,15 @@ class TableActor:
         sample = self.table.sample(batch_size)
         return sample, idle, time.perf_counter() - start
 
+    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+        """The next round of the intake queue as rows, with the same timings as `sample`."""
+        start = time.perf_counter()
+        self.table.wait_for_sample(size)
+        idle = time.perf_counter() - start
+        start = time.perf_counter()
+        fresh = self.table.sample_batch(size)
+        return fresh, idle, time.perf_counter() - start
+
     def sample_sized(self, batch_size: int) -> tuple[Sample, int]:
         """A shard's draw for the front, and the shard's size after it."""
         sample, _, _ = self.sample(batch_size)
@@ -130,6 +139,13 @@ class RemoteTable:
         call = time.perf_counter()
         sample, idle, _ = ray.get(self.actor.sample.remote(batch_size))
         return sample, idle, time.perf_counter() - call - idle  # table work, call and transfer
+
+    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+        import ray
+
+        call = time.perf_counter()
+        fresh, idle, _ = ray.get(self.actor.take_round.remote(size))
+        return fresh, idle, time.perf_counter() - call - idle
 
     def set_policy_version(self, version: int) -> None:
         import ray

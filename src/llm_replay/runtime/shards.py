@@ -47,6 +47,7 @@ from llm_replay.buffer import Sample
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.buffer.stats import TableStats, merge_stats
 from llm_replay.config import Config, config_from_dict
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.runtime.async_core import ratio_limiter
 
 SHARD_DIR = "shard-{index}"
@@ -295,6 +296,11 @@ class ShardedClient:
         ]
         sample = keyed[0] if len(keyed) == 1 else Sample.concat(keyed)
         return sample, idle, time.perf_counter() - call - idle
+
+    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+        raise RuntimeError(  # config checks refuse it first (`Config._check_shards`)
+            "sharded tables serve the methods whose table the workers fill, not runs in rounds"
+        )
 
     def set_policy_version(self, version: int) -> None:
         import ray

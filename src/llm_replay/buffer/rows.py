@@ -1,0 +1,116 @@
+"""Reading stored rollouts by key and by prompt, as a part of `ReplayTable` (mixed in).
+
+Two shapes come out of a table. A `Sample` is learner-ready (padded arrays plus per-rollout
+bookkeeping) and is what `sample`, `take` and `get` return; a `RolloutBatch` is the rows
+themselves, columnar and unpadded, and is what a caller that composes or indexes rollouts wants
+(`get_batch`, `ReplayTable.sample_batch`), so that padding happens once, at the learner. The
+per-prompt index (`buffer.prompt_index`) is the table's own, kept in step with its contents.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from llm_replay.buffer.arguments import keys_arg, pad_id_arg
+from llm_replay.buffer.eviction import EvictionPolicy
+from llm_replay.buffer.gather import PinnedRows
+from llm_replay.buffer.prompt_index import PromptIndex, prompt_key
+from llm_replay.buffer.sample import Sample
+from llm_replay.buffer.storage import RolloutStorage
+from llm_replay.data.rollout import RolloutBatch
+
+I64 = npt.NDArray[np.int64]
+Found = npt.NDArray[np.bool_]
+
+
+class TableRows:
+    """Reads of a `ReplayTable` by key and by prompt (see the module docstring)."""
+
+    storage: RolloutStorage
+    eviction: EvictionPolicy
+    _cond: threading.Condition
+    _prompt_index: PromptIndex | None
+
+    def _journal(self, op: str, **fields: Any) -> None:
+        raise NotImplementedError
+
+    def _evict(self, slots: I64, reason: str) -> None:
+        raise NotImplementedError
+
+    def _sample_columns(
+        self, slots: I64, probabilities: npt.NDArray[np.float64], *, count: bool
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _gather(self, pin: int, rows: PinnedRows, columns: dict[str, Any], pad_id: int) -> Sample:
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- by key
+    def get(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, Found]:
+        """Read stored rollouts by key without counting a sample; also returns which keys exist."""
+        return self._by_key(keys, pad_id, count=False)
+
+    def get_batch(self, keys: npt.ArrayLike) -> tuple[RolloutBatch, Found]:
+        """The stored rollouts with these keys as rows (not counted as a sample, not padded);
+        missing keys are skipped and the second value says which were found."""
+        key_array = keys_arg(keys)
+        with self._cond:
+            slots, found = self.storage.slots_of(key_array)
+            return self.storage.gather_batch(slots[found]), found
+
+    def contains(self, keys: npt.ArrayLike) -> Found:
+        """Which of `keys` name rollouts still stored."""
+        key_array = keys_arg(keys)
+        with self._cond:
+            return self.storage.slots_of(key_array)[1]
+
+    def take(self, keys: npt.ArrayLike, *, pad_id: int = 0) -> tuple[Sample, Found]:
+        """Draw the rollouts with these keys, counted like `sample` (times sampled, ages, eviction
+        by `max_times_sampled`), for methods that choose rollouts themselves; missing keys are
+        skipped and the second value says which were found."""
+        return self._by_key(keys, pad_id, count=True)
+
+    def _by_key(self, keys: Any, pad_id: int, *, count: bool) -> tuple[Sample, Any]:
+        key_array, pad = keys_arg(keys), pad_id_arg(pad_id)
+        with self._cond:
+            pin, rows, columns, found = self._apply_take(key_array, count=count)
+            if count:
+                self._journal("take", keys=key_array)
+                self._cond.notify_all()
+        return self._gather(pin, rows, columns, pad), found
+
+    def _apply_take(self, keys: I64, *, count: bool) -> tuple[int, PinnedRows, Any, Any]:
+        slots, found = self.storage.slots_of(keys)
+        hit = slots[found]
+        pin, rows = self.storage.pin(hit)
+        columns = self._sample_columns(hit, np.ones(len(hit)), count=count)
+        if count:
+            self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
+        return pin, rows, columns, found
+
+    # ----------------------------------------------------------------- by prompt
+    def keys_for_prompt(self, prompt: bytes | npt.ArrayLike) -> I64:
+        """Keys of the stored rollouts of one prompt (its token ids, or their `prompt_key`),
+        oldest first."""
+        question = prompt if isinstance(prompt, bytes) else prompt_key(prompt)
+        with self._cond:
+            return self._prompts_locked().keys(question)
+
+    def prompts(self) -> list[bytes]:
+        """The `prompt_key` of every prompt with a stored rollout, in order of its oldest one."""
+        with self._cond:
+            return self._prompts_locked().prompts()
+
+    @property
+    def num_prompts(self) -> int:
+        with self._cond:
+            return len(self._prompts_locked())
+
+    def _prompts_locked(self) -> PromptIndex:
+        if self._prompt_index is None:
+            self._prompt_index = PromptIndex(self.storage)
+        return self._prompt_index
