@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from llm_replay.buffer import (
     CheckpointError,
     Groups,
-    PositiveBiased,
+    PositiveRetention,
     Prioritized,
     Recency,
     ReplayTable,
@@ -21,20 +22,27 @@ from llm_replay.buffer import (
 from llm_replay.buffer.checkpoint import _write_done
 from tests.conftest import make_batch
 
-SAMPLERS = [
+SAMPLERS = [  # the table's sampler, or its sampler and remover
     lambda: Uniform(),
     lambda: Uniform(replacement=False),
     lambda: Prioritized(alpha=0.6, beta=0.4),
     lambda: Recency(half_life=3),
-    lambda: PositiveBiased(delta=0.5),
+    lambda: (Uniform(), PositiveRetention(delta=0.5)),
     lambda: Groups(),
 ]
 
 
-def busy_table(sampler: object, rng: np.random.Generator) -> ReplayTable:
+def busy_table(sampler: Any, rng: np.random.Generator) -> ReplayTable:
+    sampler, remover = sampler if isinstance(sampler, tuple) else (sampler, None)
     table = ReplayTable(
-        96, sampler=sampler, max_tokens=3000, max_age=4, max_times_sampled=6, seed=11
-    )  # type: ignore[arg-type]
+        96,
+        sampler=sampler,
+        remover=remover,
+        max_tokens=3000,
+        max_age=4,
+        max_times_sampled=6,
+        seed=11,
+    )
     for step in range(14):
         table.insert(make_batch(rng, 12, version=step, first_group=12 * step))
         table.set_policy_version(step)
@@ -156,3 +164,23 @@ def test_save_replaces_atomically_and_leaves_no_temporaries(
     table.save(tmp_path / "ckpt")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
     assert ReplayTable.load(tmp_path / "ckpt").stats().inserts == table.stats().inserts
+
+
+def test_a_positive_biased_table_saved_before_removers_loads_as_uniform_plus_retention(
+    rng: np.random.Generator, tmp_path: Path
+) -> None:
+    """tests/buffer/data/positive_biased_v1 was saved by the release whose "positive_biased"
+    sampler was also the retention rule (16 rollouts, δ = 0.5, after 32 inserts and a sample)."""
+    legacy = ReplayTable.load(Path(__file__).parent / "data" / "positive_biased_v1")
+    assert type(legacy.sampler) is Uniform and isinstance(legacy.remover, PositiveRetention)
+    assert legacy.remover.delta == 0.5
+    assert sorted(legacy.storage.keys_of(legacy.storage.live_slots()).tolist()) == [
+        8, 11, 14, 15, 16, 17, 19, 20, 21, 23, 25, 29, 34, 38, 42, 44
+    ]  # fmt: skip
+    assert (legacy.remover._fresh_live, legacy.remover._kept_live) == (8, 8)
+    assert legacy.stats().evictions["retention"] == 16
+    again = ReplayTable.load(legacy.save(tmp_path / "new"))  # now saved with a remover
+    batch = make_batch(rng, 8, version=4, first_group=100)
+    assert legacy.insert(batch).tolist() == again.insert(batch).tolist()
+    assert legacy.stats().to_dict() == again.stats().to_dict()
+    assert (again.remover._fresh_live, again.remover._kept_live) == (8, 8)  # type: ignore[union-attr]

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_replay.buffer import CheckpointError, PositiveBiased, Prioritized, ReplayTable, Uniform
+from llm_replay.buffer import CheckpointError, PositiveRetention, Prioritized, ReplayTable, Uniform
 from llm_replay.buffer.durable import LOG
 from tests.buffer.durable_worker import numbered_batch
 from tests.conftest import ROOT, make_batch
 
-SAMPLERS = {
-    "uniform": lambda: Uniform(),
-    "prioritized": lambda: Prioritized(alpha=0.6, decay_steps=3.0),
-    "positive_biased": lambda: PositiveBiased(delta=0.5),
+SAMPLERS = {  # the table's sampler and remover
+    "uniform": lambda: {"sampler": Uniform()},
+    "prioritized": lambda: {"sampler": Prioritized(alpha=0.6, decay_steps=3.0)},
+    "positive_biased": lambda: {"sampler": Uniform(), "remover": PositiveRetention(delta=0.5)},
 }
 
 
@@ -72,16 +72,16 @@ def same_state(a: ReplayTable, b: ReplayTable) -> None:
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
 def test_reopen_recovers_the_table_exactly(tmp_path: Path, sampler: str) -> None:
     kwargs = {"max_rollouts": 40, "max_age": 6, "seed": 3}
-    durable = ReplayTable.open(tmp_path / "t", sampler=SAMPLERS[sampler](), **kwargs)
-    plain = ReplayTable(sampler=SAMPLERS[sampler](), **kwargs)
+    durable = ReplayTable.open(tmp_path / "t", **SAMPLERS[sampler](), **kwargs)
+    plain = ReplayTable(**SAMPLERS[sampler](), **kwargs)
     assert durable.durable and not plain.durable
     run_ops([durable, plain], seed=1)
     # no close: as after a crash of the process
-    reopened = ReplayTable.open(tmp_path / "t", sampler=SAMPLERS[sampler](), **kwargs)
+    reopened = ReplayTable.open(tmp_path / "t", **SAMPLERS[sampler](), **kwargs)
     same_state(reopened, plain)
     run_ops([reopened, plain], seed=2)  # the reopened table goes on logging
     reopened.close()
-    same_state(ReplayTable.open(tmp_path / "t", sampler=SAMPLERS[sampler](), **kwargs), plain)
+    same_state(ReplayTable.open(tmp_path / "t", **SAMPLERS[sampler](), **kwargs), plain)
 
 
 def segment(directory: Path) -> Path:
@@ -184,3 +184,11 @@ def test_sigkill_loses_no_acknowledged_insert(tmp_path: Path, policy: str) -> No
         np.testing.assert_array_equal(stored.rewards, numbered_batch(last).rewards)
         acknowledged = last
         table.close()
+
+
+def test_reopening_with_another_remover_is_refused_by_name(tmp_path: Path) -> None:
+    ReplayTable.open(tmp_path / "t", max_rollouts=32, remover=PositiveRetention(0.5)).close()
+    with pytest.raises(ValueError, match="remover"):
+        ReplayTable.open(tmp_path / "t", max_rollouts=32, remover=PositiveRetention(0.25))
+    with pytest.raises(ValueError, match="remover"):
+        ReplayTable.open(tmp_path / "t", max_rollouts=32)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from llm_replay.buffer import (
     Fifo,
     Groups,
-    PositiveBiased,
+    PositiveRetention,
     Prioritized,
     Recency,
     ReplayTable,
@@ -212,7 +212,7 @@ def test_make_sampler_validates() -> None:
     with pytest.raises(ValueError, match="alpha"):
         Prioritized(alpha=-1)
     with pytest.raises(ValueError, match="delta"):
-        PositiveBiased(delta=1.5)
+        PositiveRetention(delta=1.5)
     with pytest.raises(ValueError, match="half_life"):
         Recency(half_life=0)
 
@@ -227,7 +227,7 @@ def test_positive_biased_keeps_exactly_its_windows_whatever_the_insert_width(
     capacity: int, delta: float, inserts: list[list[bool]]
 ) -> None:
     """Freshest (1-δ)N of everything inserted, plus the freshest δN correct among the rest."""
-    table = ReplayTable(capacity, sampler=PositiveBiased(delta=delta))
+    table = ReplayTable(capacity, remover=PositiveRetention(delta=delta))
     rng = np.random.default_rng(0)
     flags: list[bool] = []
     index_of: dict[int, int] = {}

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llm_replay.buffer import (
-    PositiveBiased,
     Prioritized,
     ReplayTable,
     SampleToInsertRatio,
@@ -30,7 +29,7 @@ from tests.conftest import make_batch
 TABLES = {
     "uniform": lambda: ReplayTable(64, sampler=Uniform(), max_tokens=4000, max_bytes=30_000),
     "prioritized": lambda: ReplayTable(64, sampler=Prioritized(alpha=1.0), max_age=5),
-    "positive": lambda: ReplayTable(64, sampler=PositiveBiased(delta=0.3)),
+    "positive": lambda: ReplayTable.positive_biased(64, delta=0.3),
     "limited": lambda: ReplayTable(
         64,
         sampler=Uniform(replacement=False),

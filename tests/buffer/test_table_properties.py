@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from llm_replay.buffer import (
     Fifo,
     Groups,
-    PositiveBiased,
+    PositiveRetention,
     Prioritized,
     Recency,
     ReplayTable,
@@ -35,7 +35,7 @@ SAMPLERS = {
     "fifo": Fifo,
     "prioritized": lambda: Prioritized(alpha=0.7, beta=0.5),
     "recency": lambda: Recency(half_life=2.0),
-    "positive_biased": lambda: PositiveBiased(delta=0.5),
+    "positive_biased": Uniform,  # with PositiveRetention (`remover`, below)
     "groups": Groups,
 }
 
@@ -102,6 +102,9 @@ class TableMachine(RuleBasedStateMachine):
         self.table = ReplayTable(
             max_rollouts,
             sampler=SAMPLERS[self.sampler_name](),
+            remover=PositiveRetention(delta=0.5)
+            if self.sampler_name == "positive_biased"
+            else None,
             max_tokens=max_tokens,
             max_age=max_age,
             max_times_sampled=max_times,
@@ -258,10 +261,10 @@ class TableMachine(RuleBasedStateMachine):
         floor = sum(2 * self.inserted[k].completion_ids.size for k in keys.tolist())
         floor += sum(len(p) for p in distinct)
         assert 4 * floor <= stats.stored_nbytes <= stats.payload_nbytes
-        if table.sampler.name == "positive_biased":
-            sampler = table.sampler
-            assert sampler._fresh_live + sampler._kept_live == stats.size
-            assert sampler._fresh_live <= sampler.fresh_capacity
+        if isinstance(table.remover, PositiveRetention):
+            remover = table.remover
+            assert remover._fresh_live + remover._kept_live == stats.size
+            assert remover._fresh_live <= remover.fresh_capacity
         if len(keys):
             got, found = table.get(keys)
             assert found.all()

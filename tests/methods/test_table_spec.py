@@ -33,6 +33,17 @@ def test_the_plain_table_preset_takes_a_sampler_by_name() -> None:
     spec = TableSpec("table", 64, {"sampler": ("recency", {"half_life": 2.0}), "seed": 1})
     table = spec.build()
     assert table.sampler.name == "recency" and table.sampler.config() == {"half_life": 2.0}
+    assert table.remover is None
+    kept = TableSpec("table", 64, {"remover": ("positive_biased", {"delta": 0.25})}).build()
+    assert kept.sampler.name == "uniform" and kept.remover is not None
+    assert kept.remover.config() == {"delta": 0.25}
+
+
+def test_positive_biased_replay_is_a_uniform_sampler_over_a_remover() -> None:
+    spec = METHODS["positive"].table_spec(METHODS["positive"].Config(delta=0.3), CONTEXT)
+    table = spec.build()
+    assert table.sampler.name == "uniform"
+    assert table.remover is not None and table.remover.config() == {"delta": 0.3}
 
 
 def test_a_limiter_given_by_the_host_replaces_the_presets() -> None:

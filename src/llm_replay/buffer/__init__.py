@@ -14,11 +14,11 @@ from llm_replay.buffer.rate_limit import (
     SampleToInsertRatio,
     TableClosed,
 )
+from llm_replay.buffer.removers import REMOVERS, PositiveRetention, Remover
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import (
     SAMPLERS,
     Fifo,
-    PositiveBiased,
     Prioritized,
     Recency,
     Sampler,
@@ -29,17 +29,19 @@ from llm_replay.buffer.stats import TableStats
 from llm_replay.buffer.table import ReplayTable
 
 __all__ = [
+    "REMOVERS",
     "SAMPLERS",
     "CheckpointError",
     "EvictionPolicy",
     "Fifo",
     "Groups",
     "MinSize",
-    "PositiveBiased",
+    "PositiveRetention",
     "Prioritized",
     "RateLimiter",
     "RateLimiterTimeout",
     "Recency",
+    "Remover",
     "ReplayTable",
     "Sample",
     "SampleToInsertRatio",

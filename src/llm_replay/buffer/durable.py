@@ -341,6 +341,11 @@ def _check_same_config(saved: dict[str, Any], fresh: Table, root: Path) -> None:
         saved["sampler"]
     ) is not type(wanted["sampler"]):
         raise ValueError(f"sampler: {root} holds a table with another sampler or settings")
+    saved_remover, wanted_remover = saved["remover"], wanted["remover"]
+    if type(saved_remover) is not type(wanted_remover) or (
+        saved_remover is not None and saved_remover.config() != wanted_remover.config()
+    ):
+        raise ValueError(f"remover: {root} holds a table with another remover or settings")
     if saved["rate_limiter"].config() != wanted["rate_limiter"].config():
         raise ValueError(
             f"rate_limiter = {wanted['rate_limiter'].config()}: {root} holds a table with "

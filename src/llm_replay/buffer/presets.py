@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any, Self, cast
 
 from llm_replay.buffer.rate_limit import RateLimiter
-from llm_replay.buffer.samplers import Fifo, PositiveBiased, Prioritized, Uniform
+from llm_replay.buffer.removers import PositiveRetention
+from llm_replay.buffer.samplers import Fifo, Prioritized, Uniform
 
 
 def _build(cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -55,8 +56,10 @@ class TablePresets:
 
     @classmethod
     def positive_biased(cls, max_rollouts: int, *, delta: float = 0.5, **kwargs: Any) -> Self:
-        """Freshest (1-δ)N plus freshest δN correct rollouts, uniform draws (arXiv 2604.08706)."""
-        return cast(Self, _build(cls, max_rollouts, sampler=PositiveBiased(delta=delta), **kwargs))
+        """Freshest (1-δ)N plus freshest δN correct rollouts, uniform draws (arXiv 2604.08706):
+        the uniform sampler over what `PositiveRetention` keeps."""
+        remover = PositiveRetention(delta=delta)
+        return cast(Self, _build(cls, max_rollouts, sampler=Uniform(), remover=remover, **kwargs))
 
     @classmethod
     def prioritized(

@@ -1,4 +1,4 @@
-"""ReplayTable: a thread-safe replay store for LLM rollouts (storage + sampler + eviction + limiter).
+"""ReplayTable: a thread-safe replay store for LLM rollouts (storage, sampler, remover, limiter).
 
 The table is Reverb's table re-thought for language-model rollouts: variable-length payload in one
 arena (see `storage`), capacity in rollouts *and* tokens, eviction by age in policy versions, and
@@ -45,6 +45,7 @@ from llm_replay.buffer.kernels import apply_thread_environment
 from llm_replay.buffer.presets import TablePresets
 from llm_replay.buffer.prompt_index import PromptIndex
 from llm_replay.buffer.rate_limit import MinSize, RateLimiter, RateLimiterTimeout, TableClosed
+from llm_replay.buffer.removers import Remover
 from llm_replay.buffer.rows import TableRows
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.samplers import Sampler, Uniform
@@ -68,6 +69,7 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
         max_rollouts: int,
         *,
         sampler: Sampler | None = None,
+        remover: Remover | None = None,
         max_tokens: int | None = None,
         max_age: int | None = None,
         max_times_sampled: int | None = None,
@@ -86,6 +88,9 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
         self.sampler = sampler if sampler is not None else Uniform()
         if not isinstance(self.sampler, Sampler):
             raise TypeError(f"sampler = {self.sampler!r}: must be a Sampler")
+        if remover is not None and not isinstance(remover, Remover):
+            raise TypeError(f"remover = {remover!r}: must be a Remover or None")
+        self.remover = remover
         self.rate_limiter = rate_limiter if rate_limiter is not None else MinSize(1)
         if not isinstance(self.rate_limiter, RateLimiter):
             raise TypeError(f"rate_limiter = {self.rate_limiter!r}: must be a RateLimiter")
@@ -114,6 +119,8 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
             max_rollouts, max_tokens=max_tokens, max_bytes=max_bytes, arena=arena
         )
         self.sampler.bind(self.storage)
+        if self.remover is not None:
+            self.remover.bind(self.storage)
         self._rng = np.random.default_rng(seed)
         self._cond = threading.Condition(threading.Lock())
         self._closed = False
@@ -151,7 +158,9 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
     def __repr__(self) -> str:
         return (
             f"ReplayTable(name={self.name!r}, size={self.size}/{self.max_rollouts}, "
-            f"tokens={self.num_tokens}, sampler={self.sampler.name!r}, version={self._version})"
+            f"tokens={self.num_tokens}, sampler={self.sampler.name!r}, "
+            f"remover={None if self.remover is None else self.remover.name!r}, "
+            f"version={self._version})"
         )
 
     # ----------------------------------------------------------------- insert
@@ -165,7 +174,7 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
         """Add rollouts (all or nothing); returns their keys. Blocks while the limiter says so.
 
         Everything is checked before the table changes: a rejected insert leaves contents,
-        counters and RNG as they were. A row that the sampler's retention rule drops on arrival
+        counters and RNG as they were. A row that the remover's retention rule drops on arrival
         (positive-biased: an incorrect rollout that leaves the fresh window within its own
         insert) counts as inserted and evicted ("retention") and gets key -1.
 
@@ -212,8 +221,10 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
 
     def _apply_insert(self, batch: RolloutBatch) -> I64:
         n = len(batch)
-        evict, keep = self.sampler.admit(batch)
-        self._evict(evict, "retention")
+        keep = None
+        if self.remover is not None:
+            evict, keep = self.remover.admit(batch)
+            self._evict(evict, "retention")
         stored = batch
         if keep is not None and not keep.all():
             stored = batch.select(np.flatnonzero(keep))
@@ -227,6 +238,8 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
         # before any rule below can evict (and re-key) them
         keys[slice(None) if keep is None else keep] = self.storage.keys_of(slots)
         self.sampler.on_insert(slots)
+        if self.remover is not None:
+            self.remover.on_insert(slots)
         if self._prompt_index is not None:
             self._prompt_index.added(slots, stored)
         self.counters.inserts += n
@@ -356,6 +369,8 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
         if len(unique) == 0:
             return
         self.sampler.on_remove(unique)
+        if self.remover is not None:
+            self.remover.on_remove(unique)
         if self._prompt_index is not None:
             self._prompt_index.removed(unique)
         self.storage.remove(unique)

@@ -13,7 +13,8 @@ import numpy as np
 
 from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.rate_limit import RateLimiter
-from llm_replay.buffer.samplers import Sampler, make_sampler
+from llm_replay.buffer.removers import PositiveRetention, Remover, make_remover
+from llm_replay.buffer.samplers import Sampler, Uniform, make_sampler
 from llm_replay.buffer.stats import TableCounters, TableStats, histogram
 from llm_replay.buffer.storage import RolloutStorage
 
@@ -25,6 +26,7 @@ class TableParts(Protocol):
     seed: int
     eviction: EvictionPolicy
     sampler: Sampler
+    remover: Remover | None
     rate_limiter: RateLimiter
     storage: RolloutStorage
     counters: TableCounters
@@ -43,6 +45,9 @@ def table_state(table: TableParts) -> tuple[dict[str, Any], dict[str, np.ndarray
         "seed": table.seed,
         "eviction": asdict(table.eviction),
         "sampler": {"name": table.sampler.name, "config": table.sampler.config()},
+        "remover": None
+        if table.remover is None
+        else {"name": table.remover.name, "config": table.remover.config()},
         "rate_limiter": table.rate_limiter.config(),
         "rng": table._rng.bit_generator.state,
         "counters": {"version": table._version, **asdict(table.counters)},
@@ -51,6 +56,8 @@ def table_state(table: TableParts) -> tuple[dict[str, Any], dict[str, np.ndarray
     }
     arrays = {f"storage.{k}": v for k, v in table.storage.state_arrays().items()}
     arrays.update({f"sampler.{k}": v for k, v in table.sampler.state_arrays().items()})
+    if table.remover is not None:
+        arrays.update({f"remover.{k}": v for k, v in table.remover.state_arrays().items()})
     arrays["insert_tokens"] = np.array(sorted(table._tokens), dtype=np.int64)
     return meta, arrays
 
@@ -58,9 +65,11 @@ def table_state(table: TableParts) -> tuple[dict[str, Any], dict[str, np.ndarray
 def table_arguments(meta: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments of the table `meta` describes."""
     eviction = meta["eviction"]
+    sampler, remover = _sampler_and_remover(meta)
     return {
         "max_rollouts": eviction["max_rollouts"],
-        "sampler": make_sampler(meta["sampler"]["name"], **meta["sampler"]["config"]),
+        "sampler": sampler,
+        "remover": remover,
         "max_tokens": eviction["max_tokens"],
         "max_age": eviction["max_age"],
         "max_times_sampled": eviction["max_times_sampled"],
@@ -71,12 +80,36 @@ def table_arguments(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _sampler_and_remover(meta: dict[str, Any]) -> tuple[Sampler, Remover | None]:
+    """A table saved before removers had a "positive_biased" sampler that was both: it comes
+    back as the uniform sampler plus `PositiveRetention`, its state moved to the remover."""
+    name, config = meta["sampler"]["name"], dict(meta["sampler"]["config"])
+    if name == LEGACY_POSITIVE:
+        return Uniform(config.pop("replacement", True)), PositiveRetention(**config)
+    remover = meta.get("remover")
+    return (
+        make_sampler(name, **config),
+        None if remover is None else make_remover(remover["name"], **remover["config"]),
+    )
+
+
+LEGACY_POSITIVE = "positive_biased"
+
+
 def restore_table(table: TableParts, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-    """Load contents, sampler state, RNG and counters into a freshly built `table`."""
+    """Load contents, sampler and remover state, RNG and counters into a freshly built `table`."""
+    legacy = meta["sampler"]["name"] == LEGACY_POSITIVE
     storage_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("storage.")}
     sampler_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("sampler.")}
+    remover_arrays = {k[8:]: v for k, v in arrays.items() if k.startswith("remover.")}
+    if legacy:
+        sampler_arrays, remover_arrays = {}, sampler_arrays
     table.storage.load_state(meta["storage"], storage_arrays)
     table.sampler.load_state_arrays(sampler_arrays)
+    if table.remover is not None:
+        table.remover.load_state_arrays(remover_arrays)
+    elif remover_arrays:
+        raise ValueError("remover: state arrays saved for a table without a remover")
     table._rng.bit_generator.state = meta["rng"]
     tokens = arrays.get("insert_tokens", np.zeros(0, dtype=np.int64))  # absent before tokens
     if tokens.ndim != 1 or (tokens.size and (tokens.dtype.kind not in "iu" or tokens.min() < 0)):

@@ -56,6 +56,9 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
     out: dict[str, Any] = {
         **stats.to_dict(),
         "sampler": {"name": table.sampler.name, **table.sampler.config()},
+        "remover": None
+        if table.remover is None
+        else {"name": table.remover.name, **table.remover.config()},
         "rewards": quantiles(rewards),
         "advantages": quantiles(advantages),
         "advantage_missing": int(np.isnan(advantages).sum()),

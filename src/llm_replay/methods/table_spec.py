@@ -5,8 +5,9 @@ no method needs to be built to know it) and whoever hosts the table builds it, o
 itself in a synchronous run or under TRL (on first use), the asynchronous runtime with the limiter
 that couples workers and learner, or each Ray table shard. Before, the method built a table in its
 constructor and the asynchronous runtime built another, and a Ray table actor built a whole
-pipeline to get one. This is Reverb's table signature (sampler, eviction limits, rate limiter)
-with the sampler named by its preset; the contents, counters and RNG are the table's.
+pipeline to get one. This is Reverb's table signature (sampler, remover, eviction limits, rate
+limiter) with sampler and remover named by the preset; the contents, counters and RNG are the
+table's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from llm_replay.buffer import RateLimiter, ReplayTable
+from llm_replay.buffer.removers import make_remover
 from llm_replay.buffer.samplers import make_sampler
 
 Preset = Literal["queue", "uniform", "positive_biased", "prioritized", "table"]
@@ -24,8 +26,8 @@ Preset = Literal["queue", "uniform", "positive_biased", "prioritized", "table"]
 @dataclass(frozen=True)
 class TableSpec:
     """A table preset (`ReplayTable.<preset>`), its capacity and its other arguments; preset
-    "table" is the plain constructor, with `sampler` given as (registry name, its config), e.g.
-    `TableSpec("table", 512, {"sampler": ("recency", {"half_life": 4.0})})`."""
+    "table" is the plain constructor, with `sampler` and `remover` given as (registry name, its
+    config), e.g. `TableSpec("table", 512, {"sampler": ("recency", {"half_life": 4.0})})`."""
 
     preset: Preset
     max_rollouts: int
@@ -38,6 +40,9 @@ class TableSpec:
             kwargs["rate_limiter"] = rate_limiter
         if self.preset == "table":
             name, config = kwargs.pop("sampler", ("uniform", {}))
+            remover = kwargs.pop("remover", None)
+            if remover is not None:
+                kwargs["remover"] = make_remover(remover[0], **remover[1])
             return ReplayTable(self.max_rollouts, sampler=make_sampler(name, **config), **kwargs)
         table: ReplayTable = getattr(ReplayTable, self.preset)(self.max_rollouts, **kwargs)
         return table
