@@ -351,3 +351,30 @@ def test_with_vllm_correction_replayed_batches_carry_a_unit_sampling_ratio(tmp_p
     assert torch.equal(
         inputs["importance_sampling_ratio"], torch.ones_like(inputs["completion_mask"]).float()
     )
+
+
+def test_the_replay_controller_reads_a_learner_statistic_under_trl(tmp_path: Path):
+    """TRL reports the clipped-token fraction; over a zero threshold only it can press (the
+    entropy and plateau readings are off), and the scale falls."""
+    knobs = {"capacity": 64, "replay_ratio": 3, "zero_variance": {"enabled": False}}
+    knobs["anneal"] = {
+        "enabled": True,
+        "window": 3,
+        "start": 0.0,
+        "entropy_floor": 0.0,
+        "min_gain": 0.0,
+        "clip_max": 1e-9,
+    }
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=12, learning_rate=5e-3),
+        replay_method="uniform",
+        replay_knobs=knobs,
+    )
+    trainer = build(config)
+    trainer.train()
+    signals = trainer.pipeline.signals
+    assert signals.mean("clip_fraction") is not None
+    logged = trainer.state.log_history[-2]
+    assert logged["replay/anneal/pressed_clip"] >= 1
+    assert logged["replay/anneal/scale"] < 1.0
+    assert signals.progress == pytest.approx(trainer.state.global_step / 12, abs=0.1)

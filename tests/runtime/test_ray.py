@@ -20,7 +20,12 @@ from llm_replay.cli import main
 from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
 from tests.conftest import ROOT, tiny_config, tiny_sets
-from tests.runtime.test_sync import AUTO_MEASURED_MU, assert_auto_followed_the_measured_mu
+from tests.runtime.test_sync import (
+    ANNEAL_ON_M2,
+    AUTO_MEASURED_MU,
+    assert_anneal_read_the_learners_m2,
+    assert_auto_followed_the_measured_mu,
+)
 from tests.runtime.test_threaded import assert_checkpoint_loses_and_doubles_nothing
 
 ray = pytest.importorskip("ray")
@@ -207,3 +212,17 @@ def test_auto_with_measured_mu_replays_on_ray(tmp_path: Path) -> None:
     )
     build_trainer(config).run()
     assert_auto_followed_the_measured_mu(tmp_path)
+
+
+def test_the_replay_controller_reads_a_learner_statistic_on_ray(tmp_path: Path) -> None:
+    """The option lives with the learner actor (an option runs the method in rounds there)."""
+    config = tiny_config(
+        ROOT / "configs/replay_uniform.yaml",
+        tmp_path,
+        "train.iterations=5",
+        "runtime=ray",
+        *RAY_CPUS,
+        *ANNEAL_ON_M2,
+    )
+    build_trainer(config).run()
+    assert_anneal_read_the_learners_m2(tmp_path)

@@ -218,6 +218,8 @@ def assert_auto_followed_the_measured_mu(run_dir: Path) -> None:
     assert log[-1]["signals/steps"] == log[-1]["steps"]
     assert log[-1]["signals/rounds"] == len(log)
     assert np.isfinite(log[-1]["signals/kl_behaviour"]) and "signals/round_entropy" in log[-1]
+    # ρ measured from the learner's behaviour KL on replayed rows, read from the signals
+    assert np.isfinite(log[-1]["replay/auto_rho_per_step"])
 
 
 def test_auto_with_measured_mu_replays_in_the_sync_loop(tmp_path: Path) -> None:
@@ -226,3 +228,31 @@ def test_auto_with_measured_mu_replays_in_the_sync_loop(tmp_path: Path) -> None:
     )
     SyncTrainer(config).run()
     assert_auto_followed_the_measured_mu(tmp_path)
+
+
+# The replay controller reading a learner statistic from its context: only the stale rows' log-ratio
+# second moment can press (the learner's `loss/log_ratio_m2`, over any positive threshold); the
+# entropy and plateau readings are switched off by their knobs.
+ANNEAL_ON_M2 = (
+    "replay.anneal.enabled=true",
+    "replay.anneal.window=3",
+    "replay.anneal.start=0.0",
+    "replay.anneal.entropy_floor=0.0",
+    "replay.anneal.min_gain=0.0",
+    "replay.anneal.m2_max=1e-9",
+)
+
+
+def assert_anneal_read_the_learners_m2(run_dir: Path) -> None:
+    log = [r for r in read_log(run_dir) if r["kind"] == "train"]
+    assert log[-1]["anneal/pressed_m2"] >= 1, [r.get("anneal/pressed_m2") for r in log]
+    assert log[-1]["anneal/scale"] < 1.0
+    assert log[-1]["anneal/pressed_entropy"] == 0
+
+
+def test_the_replay_controller_reads_a_learner_statistic_in_the_sync_loop(tmp_path: Path) -> None:
+    config = tiny_config(
+        ROOT / "configs/replay_uniform.yaml", tmp_path, "train.iterations=5", *ANNEAL_ON_M2
+    )
+    SyncTrainer(config).run()
+    assert_anneal_read_the_learners_m2(tmp_path)

@@ -19,7 +19,12 @@ from llm_replay.runtime import build_trainer
 from llm_replay.runtime.rollouts import RolloutMaker
 from llm_replay.runtime.threaded import ThreadedTrainer, WorkerError
 from tests.conftest import ROOT, tiny_config, tiny_sets
-from tests.runtime.test_sync import AUTO_MEASURED_MU, assert_auto_followed_the_measured_mu
+from tests.runtime.test_sync import (
+    ANNEAL_ON_M2,
+    AUTO_MEASURED_MU,
+    assert_anneal_read_the_learners_m2,
+    assert_auto_followed_the_measured_mu,
+)
 
 UNIFORM = ROOT / "configs" / "replay_uniform.yaml"
 
@@ -215,3 +220,9 @@ def test_auto_with_measured_mu_replays_threaded(tmp_path: Path) -> None:
     )
     build_trainer(config).run()
     assert_auto_followed_the_measured_mu(tmp_path)
+
+
+def test_the_replay_controller_reads_a_learner_statistic_threaded(tmp_path: Path) -> None:
+    config = tiny_config(UNIFORM, tmp_path, "train.iterations=5", "runtime=threaded", *ANNEAL_ON_M2)
+    build_trainer(config).run()
+    assert_anneal_read_the_learners_m2(tmp_path)

@@ -89,8 +89,7 @@ class PositiveRetention(Remover):
 
     def bind(self, storage: RolloutStorage) -> None:
         super().bind(storage)
-        self.correct_capacity = round(self.delta * storage.capacity)
-        self.fresh_capacity = storage.capacity - self.correct_capacity
+        self._set_capacities()
         # Queues of stable keys (a slot may be reused; its key never is), oldest first.
         self._fresh: deque[int] = deque()
         self._kept: deque[int] = deque()
@@ -98,6 +97,18 @@ class PositiveRetention(Remover):
         self._fresh_live = 0
         self._kept_live = 0
         self._arriving_kept = np.zeros(0, dtype=bool)  # set by admit, read by on_insert
+
+    def _set_capacities(self) -> None:
+        self.correct_capacity = round(self.delta * self.storage.capacity)
+        self.fresh_capacity = self.storage.capacity - self.correct_capacity
+
+    def set_delta(self, delta: float) -> None:
+        """Change δ mid-run (a replay controller moving toward on-policy). Nothing leaves now:
+        the next insert applies the new windows, evicting the oldest kept rollouts past δ·N."""
+        if not (math.isfinite(delta) and 0 <= delta <= 1):
+            raise ValueError(f"delta = {delta!r}: must be in [0, 1]")
+        self.delta = float(delta)
+        self._set_capacities()
 
     def _live_slot(self, key: int) -> int | None:
         slots, found = self.storage.slots_of(np.array([key]))

@@ -157,7 +157,7 @@ class AutoReplay(TableReplay[AutoConfig]):
         s = self.settings
         self.ratio = self.choose_ratio(s.mu if s.mu is not None else self.context.signals.mu)
         if self.ratio > 1.0:
-            yield from self.draw(fresh, self.ratio)
+            yield from self.draw(fresh, 1.0 + self.replay_scale * (self.ratio - 1.0))
             return
         # y = 1: no reuse pays, so train on exactly the fresh rollouts (kept in the buffer all
         # the same, so reuse can start at once when μ rises)

@@ -26,8 +26,10 @@ declares it and overrides `batches` is refused when its class is defined (it use
 from that override, which silently switched modes). A method that cannot run asynchronously says
 why in `async_refusal`.
 
-A `MethodOption` is a transform of each fresh round that any method it applies to can turn on
-(`replay.<option>.enabled: true`).
+A `MethodOption` is something any method it applies to can turn on (`replay.<option>.enabled:
+true`): a transform of each fresh round (`prepare`), of each sample trained on (`adjust`), or a
+controller of the method itself through its public hooks (`bind` gives it the method; a method
+that can move toward on-policy says so with `scales_replay` and `set_replay_scale`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
+
+import numpy as np
 
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.data.rollout import RolloutBatch
@@ -121,6 +125,7 @@ class ReplayMethod(ABC, Generic[SettingsT]):
     consumes_rollouts: ClassVar[bool] = False  # every rollout is trained on exactly once
     restarts: bool = False  # may ask the caller to restart from the base model (`restart_due`)
     trains_fresh_groups: ClassVar[bool] = False  # a round's fresh groups are its batches
+    scales_replay: ClassVar[bool] = False  # `set_replay_scale` moves it toward on-policy
 
     def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
         if not isinstance(settings, self.Config):
@@ -198,6 +203,12 @@ class ReplayMethod(ABC, Generic[SettingsT]):
         """True when the caller must restart the policy from the base model now."""
         return False
 
+    def set_replay_scale(self, scale: float) -> None:
+        """Move toward on-policy: at `scale` = 1 the method replays as configured, at 0 it trains
+        on each fresh rollout once (methods with `scales_replay`; a replay controller calls it
+        before each round)."""
+        raise TypeError(f"method {self.name!r} has no replay scale")
+
     def metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.table.stats().metrics().items()}
 
@@ -248,34 +259,63 @@ class RatioKnobs(TableKnobs):
 
 class TableReplay(ReplayMethod[SettingsT]):
     """Insert the round, then draw `batch_size` rollouts for every `batch_size` of credit; the
-    credit grows by y per rollout added, so fractional steps carry over between rounds."""
+    credit grows by y per rollout added, so fractional steps carry over between rounds.
+
+    Below a replay scale of 1 (`set_replay_scale`, a controller moving toward on-policy) y
+    becomes 1 + scale·(y − 1) and each batch is anchored on the fresh round: round((1 − scale)·B)
+    of its rows are this round's rollouts, in order, each once, and the rest are drawn from the
+    table. At scale 0 that is on-policy training exactly; at 1 it is the draw above, unchanged.
+    """
 
     async_batches: ClassVar[AsyncMode] = "table"
+    scales_replay: ClassVar[bool] = True
 
     def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
         super().__init__(settings, context)
         self.credit = 0.0
+        self.replay_scale = 1.0
 
     @property
     def replay_ratio(self) -> float:
-        return self.settings.samples_per_insert
+        """y, scaled toward 1 (each rollout once) by the replay scale: 1 + scale·(y − 1)."""
+        return 1.0 + self.replay_scale * (self.settings.samples_per_insert - 1.0)
+
+    def set_replay_scale(self, scale: float) -> None:
+        if not (math.isfinite(scale) and 0.0 <= scale <= 1.0):
+            raise ValueError(f"replay scale = {scale!r}: must be in [0, 1]")
+        self.replay_scale = float(scale)
 
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
         yield from self.draw(fresh, self.replay_ratio)
 
     def draw(self, fresh: RolloutBatch, ratio: float) -> Iterator[Sample]:
         batch_size = self.context.batch_size
-        self.table.insert(fresh)
+        keys = self.table.insert(fresh)
         self.credit += ratio * len(fresh)
+        anchored = round((1.0 - self.replay_scale) * batch_size)
+        start = 0
         while self.credit >= batch_size - 1e-9:
             self.credit -= batch_size
-            yield self.table.sample(batch_size)
+            take = min(anchored, len(fresh) - start)
+            if take <= 0:
+                yield self.table.sample(batch_size)
+                continue
+            rows = np.arange(start, start + take)
+            start += take
+            own = Sample.from_batch(
+                fresh.select(rows), current_version=self.table.policy_version, keys=keys[rows]
+            )
+            if take == batch_size:
+                yield own
+            else:
+                yield Sample.concat([own, self.table.sample(batch_size - take)])
 
     def state(self) -> dict[str, Any]:
-        return {"credit": self.credit}
+        return {"credit": self.credit, "replay_scale": self.replay_scale}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.credit = float(state["credit"])
+        self.replay_scale = float(state.get("replay_scale", 1.0))
 
 
 @dataclass
@@ -308,9 +348,19 @@ class MethodOption(ABC, Generic[OptionT]):
         """Why this option cannot be used with `method`, or None."""
         return None
 
+    def bind(self, method: ReplayMethod[Any]) -> None:
+        """The method this option serves (the pipeline calls it once, after `refusal`)."""
+
     @abstractmethod
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
-        """The round the method will see."""
+        """The round the method will see (called after the signals recorded the round)."""
+
+    adjusts_samples: ClassVar[bool] = False  # `adjust` is called on every sample
+
+    def adjust(self, sample: Sample) -> Sample:
+        """A sample the method yielded, as it will be trained on (options with
+        `adjusts_samples`)."""
+        return sample
 
     def set_policy_version(self, version: int) -> None:
         """The learner's version moved (ages stored rollouts)."""

@@ -4,8 +4,8 @@ Every front end (the sync loop, the asynchronous learners, the TRL trainer) hold
 calls, per round of fresh rollouts, `batches(fresh)`; after each gradient step, `observe_step`
 and `set_policy_version`; after the round, `restart_due()`; and `signals.set_mu` with the run's
 measured μ before a round. The pipeline feeds the method's `RunSignals` from these calls.
-Options transform the round before the method sees it (`prepare`), in the order they were
-registered.
+Options transform the round before the method sees it (`prepare`) and each sample it yields
+(`adjust`), in the order they were registered.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ class ReplayPipeline:
                 )
         self.method = method
         self.options = list(options)
+        for option in self.options:
+            option.bind(method)
         self.signals = method.context.signals
         self.version_offset = 0  # the source table's version when started from one (init_from)
         self.preloaded = 0
@@ -89,7 +91,16 @@ class ReplayPipeline:
             fresh = dataclasses.replace(
                 fresh, policy_versions=fresh.policy_versions + self.version_offset
             )
-        return self.method.batches(fresh)
+        samples = self.method.batches(fresh)
+        adjusting = [option for option in self.options if option.adjusts_samples]
+        return self._adjusted(samples, adjusting) if adjusting else samples
+
+    @staticmethod
+    def _adjusted(samples: Iterator[Sample], options: list[MethodOption[Any]]) -> Iterator[Sample]:
+        for sample in samples:
+            for option in options:
+                sample = option.adjust(sample)
+            yield sample
 
     def preload(self, source: ReplayTable) -> int:
         """Start from `source`'s rollouts (`replay.init_from`). The run's versions continue from

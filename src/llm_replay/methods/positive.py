@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from llm_replay.buffer import PositiveRetention
 from llm_replay.methods.base import MethodConfigError, MethodContext, RatioKnobs, TableReplay, knob
 from llm_replay.methods.registry import register
 from llm_replay.methods.table_spec import TableSpec
@@ -38,3 +39,11 @@ class PositiveReplay(TableReplay[PositiveConfig]):
             s.capacity,
             {"delta": s.delta, "max_age": s.max_age, "seed": context.seed},
         )
+
+    def set_replay_scale(self, scale: float) -> None:
+        """y toward 1 and δ toward 0 together: at scale 0 the buffer is a plain FIFO window
+        sampled once per rollout added, on-policy in expectation."""
+        super().set_replay_scale(scale)
+        remover = self.table.remover
+        if isinstance(remover, PositiveRetention):
+            remover.set_delta(scale * self.settings.delta)

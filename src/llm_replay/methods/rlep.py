@@ -93,6 +93,7 @@ class RLEP(TableReplay[RLEPConfig]):
     description = "Phase I collects verified successes; phase II replays M per group from base."
     paper = "RLEP: RL with experience replay, arXiv 2507.07451"
     Config = RLEPConfig
+    scales_replay = False  # its pool draws are per prompt, not a ratio
     async_batches = "rounds"  # composes its own batches each round
     trains_fresh_groups = True
     preload_refusal = "its reuse is the success pool: pass a saved pool as replay.pool_path"

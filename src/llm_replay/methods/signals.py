@@ -10,9 +10,11 @@ signals through this public interface, never by patching the method:
 - `record_step(sample, metrics)`: after every gradient step, the learner's metrics for it;
 - `record_round(fresh)`: each round of fresh rollouts the method is given (the pipeline does
   this in `batches`, so every front end that drives rounds feeds it alike);
-- `set_policy_version(version)`.
+- `set_policy_version(version)`;
+- `set_progress(fraction)`: how far through its budget the run is (`RunSchedule.progress`), with
+  μ before each round.
 
-A method reads `mu`, `policy_version`, `step` (the last step's statistics), `mean(key)` (their
+A method reads `mu`, `progress`, `policy_version`, `step` (the last step's statistics), `mean(key)` (their
 exponentially weighted means, half-life `HALF_LIFE` steps), `first(key)` (the first value seen,
 e.g. the starting entropy), `round` (the last round's statistics) and the `steps` / `rounds`
 counts. The statistics are plain floats under short names (`STEP_KEYS`, plus `age_mean`,
@@ -113,6 +115,7 @@ class RunSignals:
     def __init__(self, half_life: float = HALF_LIFE) -> None:
         self.decay = 0.5 ** (1.0 / half_life)
         self.mu: float | None = None
+        self.progress: float | None = None
         self.policy_version = 0
         self.steps = 0
         self.rounds = 0
@@ -127,6 +130,14 @@ class RunSignals:
 
     def set_policy_version(self, version: int) -> None:
         self.policy_version = int(version)
+
+    def set_progress(self, fraction: float | None) -> None:
+        """How far through its budget the run is, in [0, 1] (`RunSchedule.progress`); None where
+        the front end does not know its budget."""
+        if fraction is None or not math.isfinite(fraction):
+            self.progress = None
+        else:
+            self.progress = min(1.0, max(0.0, float(fraction)))
 
     def record_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
         step = {
@@ -172,6 +183,8 @@ class RunSignals:
         """What the signals hold, for the run's log (`signals/...`): the counts, the weighted
         means of the learner's statistics, and the last round's summary."""
         out = {"signals/steps": float(self.steps), "signals/rounds": float(self.rounds)}
+        if self.progress is not None:
+            out["signals/progress"] = self.progress
         for key in LOGGED:
             value = self.mean(key)
             if value is not None:
@@ -187,6 +200,7 @@ class RunSignals:
     def state(self) -> dict[str, Any]:
         return {
             "mu": self.mu,
+            "progress": self.progress,
             "policy_version": self.policy_version,
             "steps": self.steps,
             "rounds": self.rounds,
@@ -201,6 +215,7 @@ class RunSignals:
 
     def load_state(self, state: Mapping[str, Any]) -> None:
         self.mu = None if state["mu"] is None else float(state["mu"])
+        self.set_progress(state.get("progress"))
         self.policy_version = int(state["policy_version"])
         self.steps, self.rounds = int(state["steps"]), int(state["rounds"])
         self.step = {str(k): float(v) for k, v in state["step"].items()}

@@ -166,10 +166,13 @@ class AsyncLearner:
         self.steps_per_iteration = steps_per_iteration(config)
         self.publish_every = config.workers.publish_every
 
-    def iteration(self, mu: float | None = None) -> list[dict[str, float]]:
+    def iteration(
+        self, mu: float | None = None, progress: float | None = None
+    ) -> list[dict[str, float]]:
         """One logged iteration: `steps_per_iteration` draws ("table") or one round ("rounds");
-        `mu` is the run's measured μ, for the method's signals."""
+        `mu` and `progress` are the run's measured μ and budget progress, for the signals."""
         self.pipeline.signals.set_mu(mu)
+        self.pipeline.signals.set_progress(progress)
         if self.mode == "table":
             return [
                 self._step(*self.client.sample(self.batch_size))

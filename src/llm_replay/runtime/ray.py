@@ -316,7 +316,10 @@ class RayTrainer(RunLoop):
     def train_iteration(self) -> dict[str, Any]:
         self._start()
         self._supervise()
-        raw, method_metrics = self._wait_for(self.learner.train_iteration.remote(self.meter.mu))
+        progress = self.schedule.progress(self.iteration, self.meter)
+        raw, method_metrics = self._wait_for(
+            self.learner.train_iteration.remote(self.meter.mu, progress)
+        )
         steps = account_learner_steps(raw, self.meter, self.clock)
         self._steps += len(steps)
         self.iteration += 1

@@ -226,11 +226,12 @@ class LearnerActor:
         return self.weights.latest
 
     def train_iteration(
-        self, mu: float | None = None
+        self, mu: float | None = None, progress: float | None = None
     ) -> tuple[list[dict[str, float]], dict[str, float]]:
-        """One iteration's raw steps (with accounting fields) and the method's metrics; `mu` is
-        the run's measured μ (the driver's meter has it), for the method's signals."""
-        steps = self.core.iteration(mu)
+        """One iteration's raw steps (with accounting fields) and the method's metrics; `mu` and
+        `progress` are the run's measured μ and budget progress (the driver's meter and schedule
+        have them), for the method's signals."""
+        steps = self.core.iteration(mu, progress)
         rounds = self.replay.async_mode() == "rounds"
         return steps, (self.replay.metrics() if rounds else self.replay.signals.metrics())
 

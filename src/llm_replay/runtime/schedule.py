@@ -33,6 +33,17 @@ class RunSchedule:
             return True
         return t.compute_budget is not None and self.spent(meter) >= t.compute_budget
 
+    def progress(self, iteration: int, meter: ComputeMeter) -> float:
+        """How far through its budget the run is, in [0, 1]: the furthest of the iteration,
+        compute and measured-seconds budgets (what a replay schedule or controller reads)."""
+        t = self.train
+        fractions = [iteration / t.iterations]
+        if t.compute_seconds is not None:
+            fractions.append(meter.total_seconds / t.compute_seconds)
+        if t.compute_budget is not None:
+            fractions.append(self.spent(meter) / t.compute_budget)
+        return min(1.0, max(fractions))
+
     def crossed(self, spent_before: float, meter: ComputeMeter) -> bool:
         """True when compute spent since `spent_before` crossed a multiple of
         `eval.every_compute`."""

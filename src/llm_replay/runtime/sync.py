@@ -142,6 +142,7 @@ class SyncTrainer(RunLoop):
     def train_iteration(self) -> dict[str, Any]:
         fresh, record = self.generate_rollouts()
         self.replay.signals.set_mu(self.meter.mu)
+        self.replay.signals.set_progress(self.schedule.progress(self.iteration, self.meter))
         steps: list[dict[str, float]] = []
         with self.meter.time("training"):
             for sample in self.replay.batches(fresh):

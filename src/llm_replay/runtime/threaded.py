@@ -268,7 +268,8 @@ class ThreadedTrainer(RunLoop):
         try:
             with self._lock:
                 mu = self.meter.mu
-            raw = self.core.iteration(mu)
+                progress = self.schedule.progress(self.iteration, self.meter)
+            raw = self.core.iteration(mu, progress)
         except TableClosed:
             self._raise_if_failed()
             raise

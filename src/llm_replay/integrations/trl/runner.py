@@ -219,6 +219,7 @@ class _RunLoopCallback(TrainerCallback):
         }
         self.logger.log(record)
         schedule, meter = run.schedule, run.meter
+        run.trainer.progress_override = schedule.progress(run.iteration, meter)
         # several optimizer steps train one round: its iteration's evaluation comes once
         new_round = run.iteration != self.last_eval_iteration
         if (new_round and run.iteration % run.config.eval.every == 0) or (

@@ -94,7 +94,17 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._generation_seconds = 0.0
         self.last_draw: dict[str, float] = {}
         self.last_sample: Sample | None = None
+        self.progress_override: float | None = None  # set by a front end that owns the budget
         self.add_callback(_StepTimer(self))
+
+    def budget_progress(self) -> float | None:
+        """How far through training the run is, for the method's signals: what the front end
+        driving the trainer says (llm-replay's TRL runner, whose budget is on compute), else
+        `global_step / max_steps` as TRL plans it."""
+        if self.progress_override is not None:
+            return self.progress_override
+        max_steps = getattr(self.state, "max_steps", 0)
+        return self.state.global_step / max_steps if max_steps and max_steps > 0 else None
 
     # ------------------------------------------------------------------ TRL hooks (each calls super)
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, ids: Any) -> Any:
@@ -131,6 +141,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                     return self._micro_batch(sample)
             fresh = self._fresh_round(generation_batch)
             self.pipeline.signals.set_mu(self.meter.mu)
+            self.pipeline.signals.set_progress(self.budget_progress())
             self._round = self.pipeline.batches(fresh)
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:

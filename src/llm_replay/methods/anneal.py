@@ -1,0 +1,218 @@
+"""Replay that knows when to stop: move a method toward on-policy as replay stops paying.
+
+Replay buys a fast start; late in a run it can cost the plateau (docs/RESULTS.md: positive-biased
+replay flattens near 81% on spell_backward while on-policy climbs to 85%, with half its entropy).
+The compute-optimal replay ratio falls toward on-policy as staleness costs more (arXiv 2604.08706:
+y* = μ / (ρ + 1/x)), and ReMix (arXiv 2507.06892) anneals off-policy reuse over training. This
+option holds a replay scale s in [0, 1] and hands it to the method before every round
+(`ReplayMethod.set_replay_scale`): at s = 1 the method replays as configured, at s = 0 it trains
+on each fresh rollout once (for table methods y → 1 + s·(y − 1) with fresh-anchored batches, and
+positive-biased replay's δ → s·δ).
+
+Two modes:
+
+- `schedule`, the baseline: s = 1 until the fraction `start` of the budget, then linearly to 0 at
+  `end` (the run's progress, `RunSignals.progress`).
+- `signals`, the controller: after `start` (and `window` rounds), every round in which the run's
+  signals press toward on-policy multiplies s by (1 − `rate`), and s never rises again. A round
+  presses when any of these holds:
+  - *entropy*: the fresh rounds' entropy (behaviour-policy NLL of the sampled tokens, smoothed
+    over rounds) is below `entropy_floor` × its starting value: replay is collapsing diversity;
+  - *plateau*: the fresh reward's least-squares gain over the last `window` rounds is below
+    `min_gain`: replay is no longer buying progress;
+  - *m2*: M2PO's second moment of the log importance ratio, over the stale rows (the trained
+    batch's moment divided by its stale share), is above `m2_max` (M2PO, arXiv 2510.01161, keeps
+    it under 0.04): the replayed rows are too far off-policy to help;
+  - *clip*: the clipped-token fraction is above `clip_max` (off by default; only clipped losses
+    report it).
+
+`anneal/scale` and, per signal, how many rounds it pressed (`anneal/pressed_<signal>`) go into the
+log, so a run says which signal did the work. The output-layer gradient norm (DGG, arXiv
+2605.19425) is not among the signals: the learner reports the whole model's gradient norm only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llm_replay.data.rollout import RolloutBatch
+from llm_replay.methods.base import (
+    MethodConfigError,
+    MethodContext,
+    MethodOption,
+    OptionConfig,
+    ReplayMethod,
+    knob,
+    positive,
+)
+from llm_replay.methods.registry import register_option
+
+STATE_FILE = "anneal.json"
+SIGNALS = ("entropy", "plateau", "m2", "clip")
+MODES = ("signals", "schedule")
+OFF = 0.02  # a scale below this is 0: on-policy exactly, not a trickle of replay
+
+
+@dataclass
+class AnnealConfig(OptionConfig):
+    mode: str = knob(
+        "signals", "'signals' (the run's signals press toward on-policy) or 'schedule'"
+    )
+    start: float = knob(0.1, "budget fraction before which replay runs as configured")
+    end: float = knob(0.6, "schedule: budget fraction at which replay is off (on-policy)")
+    rate: float = knob(0.05, "signals: share of the replay scale given up per pressed round")
+    window: int = knob(40, "signals: rounds over which the fresh reward's gain is fitted")
+    entropy_floor: float = knob(0.5, "signals: fresh entropy below this × its start presses")
+    min_gain: float = knob(0.01, "signals: fresh reward gain over the window below this presses")
+    m2_max: float = knob(0.04, "signals: log-ratio second moment on stale rows above this presses")
+    clip_max: float | None = knob(None, "signals: clipped-token fraction above this presses")
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise MethodConfigError(f"mode = {self.mode!r}: expected one of {list(MODES)}")
+        for name in ("start", "end", "rate", "entropy_floor"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+                raise MethodConfigError(f"{name} = {value!r}: must be in [0, 1]")
+        if self.mode == "schedule" and self.end <= self.start:
+            raise MethodConfigError(f"end = {self.end!r}: must be above start = {self.start!r}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 3:
+            raise MethodConfigError(f"window = {self.window!r}: must be an integer >= 3")
+        positive("min_gain", self.min_gain, zero_ok=True)
+        positive("m2_max", self.m2_max)
+        if self.clip_max is not None:
+            positive("clip_max", self.clip_max)
+
+
+def reward_gain(rewards: list[float]) -> float:
+    """The least-squares line through `rewards` (one per round), as its rise over the window."""
+    x = np.arange(len(rewards), dtype=np.float64)
+    slope = np.polyfit(x, np.asarray(rewards, dtype=np.float64), 1)[0]
+    return float(slope * (len(rewards) - 1))
+
+
+@register_option
+class Anneal(MethodOption[AnnealConfig]):
+    name = "anneal"
+    description = (
+        "Move replay toward on-policy by schedule, or when the run's signals say it stops paying."
+    )
+    paper = (
+        "ReMix, arXiv 2507.06892; compute-optimal replay, arXiv 2604.08706; M2PO, arXiv 2510.01161"
+    )
+    Config = AnnealConfig
+
+    def __init__(self, settings: OptionConfig, context: MethodContext) -> None:
+        super().__init__(settings, context)
+        self.scale = 1.0
+        self.rewards: deque[float] = deque(maxlen=self.settings.window)
+        self.entropy: float | None = None  # smoothed over rounds (half-life window / 2)
+        self.pressed = dict.fromkeys(SIGNALS, 0)
+        self.last = dict.fromkeys(SIGNALS, 0)
+        self.method: ReplayMethod[Any] | None = None
+
+    @classmethod
+    def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
+        if not method.scales_replay:
+            return "it has no replay scale to move toward on-policy"
+        return None
+
+    def bind(self, method: ReplayMethod[Any]) -> None:
+        self.method = method
+
+    def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
+        signals = self.context.signals
+        progress = signals.progress
+        if self.settings.mode == "schedule":
+            if progress is None:
+                raise RuntimeError("anneal: mode 'schedule' needs the run's budget progress")
+            s = self.settings
+            self.scale = float(min(1.0, max(0.0, 1.0 - (progress - s.start) / (s.end - s.start))))
+        else:
+            self._observe_round()
+            if self._past_start(progress):
+                self._press()
+        if self.scale < OFF:
+            self.scale = 0.0
+        assert self.method is not None, "bind() comes first"
+        self.method.set_replay_scale(self.scale)
+        return fresh
+
+    def _past_start(self, progress: float | None) -> bool:
+        if len(self.rewards) < self.settings.window:
+            return False
+        return progress is None or progress >= self.settings.start
+
+    def _observe_round(self) -> None:
+        stats = self.context.signals.round
+        if math.isfinite(stats.reward_mean):
+            self.rewards.append(stats.reward_mean)
+        if math.isfinite(stats.entropy):
+            decay = 0.5 ** (2.0 / self.settings.window)
+            self.entropy = (
+                stats.entropy
+                if self.entropy is None
+                else decay * self.entropy + (1 - decay) * stats.entropy
+            )
+
+    def readings(self) -> dict[str, bool]:
+        """Which signals press toward on-policy this round."""
+        s, signals = self.settings, self.context.signals
+        start = signals.first("round_entropy")
+        entropy = (
+            self.entropy is not None
+            and start is not None
+            and start > 0
+            and self.entropy < s.entropy_floor * start
+        )
+        plateau = len(self.rewards) == s.window and reward_gain(list(self.rewards)) < s.min_gain
+        m2, stale = signals.mean("log_ratio_m2"), signals.mean("stale_fraction")
+        drift = m2 is not None and stale is not None and stale > 0.05 and m2 / stale > s.m2_max
+        clip = signals.mean("clip_fraction")
+        clipped = s.clip_max is not None and clip is not None and clip > s.clip_max
+        return {"entropy": entropy, "plateau": plateau, "m2": drift, "clip": clipped}
+
+    def _press(self) -> None:
+        readings = self.readings()
+        self.last = {k: int(v) for k, v in readings.items()}
+        for key, on in readings.items():
+            self.pressed[key] += int(on)
+        if any(readings.values()):
+            self.scale *= 1.0 - self.settings.rate
+
+    def metrics(self) -> dict[str, float]:
+        out = {"anneal/scale": self.scale}
+        if self.settings.mode == "signals":
+            out.update({f"anneal/pressed_{k}": float(v) for k, v in self.pressed.items()})
+            if self.entropy is not None:
+                out["anneal/entropy"] = self.entropy
+            if len(self.rewards) >= 3:
+                out["anneal/reward_gain"] = reward_gain(list(self.rewards))
+        return out
+
+    def save(self, directory: Path) -> None:
+        state = {
+            "scale": self.scale,
+            "rewards": list(self.rewards),
+            "entropy": self.entropy,
+            "pressed": self.pressed,
+            "last": self.last,
+        }
+        (directory / STATE_FILE).write_text(json.dumps(state))
+
+    def load(self, directory: Path) -> None:
+        state = json.loads((directory / STATE_FILE).read_text())
+        self.scale = float(state["scale"])
+        self.rewards = deque((float(r) for r in state["rewards"]), maxlen=self.settings.window)
+        self.entropy = None if state["entropy"] is None else float(state["entropy"])
+        self.pressed = {k: int(state["pressed"][k]) for k in SIGNALS}
+        self.last = {k: int(state["last"][k]) for k in SIGNALS}
+        if self.method is not None:
+            self.method.set_replay_scale(self.scale)

@@ -1,0 +1,179 @@
+"""The replay controller and its schedule baseline: hand-computed scales, what each signal does,
+the fresh-anchored batches a scale below 1 gives, and persistence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llm_replay.buffer import PositiveRetention, Sample
+from llm_replay.data.rollout import RolloutBatch
+from llm_replay.methods import METHODS, OPTIONS, MethodConfigError, MethodContext, ReplayPipeline
+from llm_replay.methods.anneal import AnnealConfig, reward_gain
+
+
+def fresh_round(round_: int, reward: float, nll: float = 1.0, rows: int = 8) -> RolloutBatch:
+    """`rows` rollouts in groups of four, each rewarded `reward` (half correct when 0.5), every
+    completion two tokens of log-prob −`nll`."""
+    correct = [i % 2 == 0 if reward == 0.5 else reward > 0 for i in range(rows)]
+    return RolloutBatch.from_ragged(
+        prompt_ids=[[round_, i // 4] for i in range(rows)],
+        completion_ids=[[1, 2]] * rows,
+        behaviour_logprobs=[[-nll, -nll]] * rows,
+        rewards=[float(c) if reward == 0.5 else reward for c in correct],
+        advantages=[0.0] * rows,
+        group_ids=[100 * round_ + i // 4 for i in range(rows)],
+        policy_versions=[round_] * rows,
+        correct=correct,
+    )
+
+
+def pipeline(method: str = "uniform", progress: float | None = 0.5, **knobs) -> ReplayPipeline:
+    context = MethodContext(batch_size=4, rollouts_per_step=8, group_size=4)
+    context.signals.set_progress(progress)
+    settings = METHODS[method].Config(replay_ratio=3.0)
+    options = {"anneal": AnnealConfig(enabled=True, **knobs)}
+    return ReplayPipeline.build(method, settings, context, options)
+
+
+def run_round(p: ReplayPipeline, round_: int, reward: float, nll: float = 1.0) -> list[Sample]:
+    samples = list(p.batches(fresh_round(round_, reward, nll)))
+    for sample in samples:
+        p.observe_step(sample, {})
+    return samples
+
+
+def test_reward_gain_by_hand() -> None:
+    assert reward_gain([0.0, 1.0, 2.0]) == pytest.approx(2.0)
+    assert reward_gain([0.2, 0.2, 0.2, 0.2]) == pytest.approx(0.0)
+    assert reward_gain([0.0, 0.3, 0.0, 0.3]) == pytest.approx(0.18)  # slope 0.06 over 3 gaps
+
+
+@pytest.mark.parametrize(
+    ("progress", "scale", "steps"),
+    [(0.1, 1.0, 6), (0.4, 0.5, 4), (0.6, 0.0, 2), (0.9, 0.0, 2)],
+)
+def test_the_schedule_by_hand(progress: float, scale: float, steps: int) -> None:
+    """start 0.2, end 0.6: s = 1 − (p − 0.2) / 0.4; y = 1 + s·(3 − 1), y·R/B steps per round."""
+    p = pipeline(progress=progress, mode="schedule", start=0.2, end=0.6)
+    assert len(run_round(p, 0, 0.5)) == steps
+    assert p.metrics()["anneal/scale"] == pytest.approx(scale)
+    assert p.method.replay_ratio == pytest.approx(1 + 2 * scale)
+
+
+def test_at_scale_zero_a_table_method_trains_on_policy_exactly() -> None:
+    p = pipeline(progress=1.0, mode="schedule", start=0.0, end=0.5)
+    for round_ in range(3):
+        fresh = fresh_round(round_, 0.5)
+        samples = list(p.batches(fresh))
+        assert [len(s) for s in samples] == [4, 4]  # R/B steps of the fresh rows, each once
+        trained = RolloutBatch.concat([s.to_batch() for s in samples])
+        assert trained.rollouts() == fresh.rollouts()
+
+
+def test_half_scale_anchors_each_batch_on_the_fresh_round() -> None:
+    """s = 0.5: y = 2, so 4 steps of 4 per round of 8; each batch's first round(0.5·4) = 2 rows
+    are this round's rollouts in order, the other 2 are table draws."""
+    p = pipeline(progress=0.4, mode="schedule", start=0.2, end=0.6)
+    run_round(p, 0, 0.5)
+    fresh = fresh_round(1, 0.5)
+    samples = list(p.batches(fresh))
+    assert [len(s) for s in samples] == [4, 4, 4, 4]
+    anchored = [r for s in samples for r in s.to_batch().select(np.arange(2)).rollouts()]
+    assert anchored == fresh.rollouts()
+
+
+def test_a_plateau_presses_every_round_after_the_window() -> None:
+    p = pipeline(window=3, start=0.0, rate=0.1)
+    for round_ in range(6):  # the same reward every round: no gain
+        run_round(p, round_, 0.5)
+    metrics = p.metrics()
+    assert metrics["anneal/pressed_plateau"] == 4  # rounds 3..6 of 6 had a full window
+    assert metrics["anneal/scale"] == pytest.approx(0.9**4)
+    assert metrics["anneal/pressed_entropy"] == metrics["anneal/pressed_m2"] == 0
+
+
+def test_rising_reward_and_steady_entropy_leave_replay_on() -> None:
+    p = pipeline(window=3, start=0.0)
+    for round_ in range(6):
+        run_round(p, round_, 0.1 * round_)
+    assert p.metrics()["anneal/scale"] == 1.0
+
+
+def test_entropy_below_its_floor_presses() -> None:
+    """Smoothed round entropy (half-life window/2 rounds) against the first round's."""
+    p = pipeline(window=3, start=0.0, entropy_floor=0.6)
+    nlls = [1.0, 1.0, 0.3, 0.3, 0.3, 0.3]
+    for round_, nll in enumerate(nlls):
+        run_round(p, round_, 0.1 * round_, nll)
+    option = p.options[0]
+    decay = 0.5 ** (2 / 3)
+    smoothed = 1.0
+    for nll in nlls[1:]:
+        smoothed = decay * smoothed + (1 - decay) * nll
+    assert option.entropy == pytest.approx(smoothed)
+    assert p.metrics()["anneal/pressed_entropy"] >= 1
+    assert p.metrics()["anneal/pressed_plateau"] == 0
+
+
+def test_m2_on_the_stale_rows_presses() -> None:
+    p = pipeline(window=3, start=0.0, m2_max=0.04, rate=0.1)
+    for round_ in range(3):
+        fresh = fresh_round(round_, 0.1 * round_)
+        for sample in p.batches(fresh):
+            stale = Sample.from_batch(sample.to_batch(), current_version=round_ + 5)
+            p.observe_step(stale, {"loss/log_ratio_m2": 0.05})  # every row stale: m2 = 0.05
+    run_round(p, 3, 0.4)
+    metrics = p.metrics()  # rounds 2 and 3 had a full window and the stale rows' m2 of 0.05
+    assert metrics["anneal/pressed_m2"] == 2 and metrics["anneal/pressed_plateau"] == 0
+    assert metrics["anneal/scale"] == pytest.approx(0.9**2)
+
+
+def test_the_start_holds_the_controller_back() -> None:
+    p = pipeline(progress=0.05, window=3, start=0.1)
+    for round_ in range(5):
+        run_round(p, round_, 0.5)
+    assert p.metrics()["anneal/scale"] == 1.0 and p.metrics()["anneal/pressed_plateau"] == 0
+
+
+def test_positive_biased_replay_moves_delta_with_the_scale() -> None:
+    p = pipeline("positive", progress=0.4, mode="schedule", start=0.2, end=0.6)
+    run_round(p, 0, 0.5)
+    remover = p.method.table.remover
+    assert isinstance(remover, PositiveRetention)
+    assert remover.delta == pytest.approx(0.5 * 0.5)
+    assert remover.correct_capacity == round(0.25 * p.method.table.max_rollouts)
+
+
+def test_refused_for_a_method_without_a_replay_scale_and_bad_knobs_are_named() -> None:
+    context = MethodContext(batch_size=4, rollouts_per_step=8)
+    with pytest.raises(ValueError, match="option 'anneal': not with method 'rlep'"):
+        ReplayPipeline.build(
+            "rlep", METHODS["rlep"].Config(), context, {"anneal": AnnealConfig(enabled=True)}
+        )
+    for knobs, name in [
+        ({"mode": "sometimes"}, "mode"),
+        ({"rate": 1.5}, "rate"),
+        ({"mode": "schedule", "start": 0.5, "end": 0.4}, "end"),
+        ({"window": 2}, "window"),
+        ({"m2_max": 0.0}, "m2_max"),
+    ]:
+        with pytest.raises(MethodConfigError, match=name):
+            AnnealConfig(enabled=True, **knobs).check()
+    assert "anneal" in OPTIONS
+
+
+def test_state_round_trips_and_restores_the_methods_scale(tmp_path: Path) -> None:
+    p = pipeline(window=3, start=0.0)
+    for round_ in range(5):
+        run_round(p, round_, 0.5)
+    p.save(tmp_path)
+    q = pipeline(window=3, start=0.0)
+    q.load(tmp_path)
+    assert q.metrics() == p.metrics()
+    assert q.method.replay_scale == p.method.replay_scale < 1.0
+    run_round(p, 5, 0.5)
+    run_round(q, 5, 0.5)
+    assert q.metrics() == p.metrics()
