@@ -27,6 +27,7 @@ from llm_replay.config.parse import (
     parse_override,
     yaml_error,
 )
+from llm_replay.config.prompts import PromptSkipConfig
 from llm_replay.config.workers import WorkersConfig
 from llm_replay.methods import (
     METHODS,
@@ -131,6 +132,7 @@ class GenerationConfig:
     top_p: float = 1.0
     dynamic_sampling: bool = False
     dynamic_sampling_rounds: int = 3
+    skip: PromptSkipConfig = field(default_factory=PromptSkipConfig)
 
     def check(self) -> None:
         check_positive("prompts_per_step", self.prompts_per_step)
@@ -386,10 +388,14 @@ class Config:
                     f"replay.method = {self.replay.method!r}: runtime={self.runtime} cannot run "
                     f"it: {refusal}"
                 )
-            if self.generation.dynamic_sampling:
-                raise ConfigError(
-                    f"generation.dynamic_sampling = true: not supported by runtime={self.runtime}"
-                )
+            for key, on in (
+                ("dynamic_sampling", self.generation.dynamic_sampling),
+                ("skip.enabled", self.generation.skip.enabled),
+            ):
+                if on:
+                    raise ConfigError(
+                        f"generation.{key} = true: not supported by runtime={self.runtime}"
+                    )
             table_mode = async_mode(method, bool(self.replay.enabled_options())) == "table"
             if self.replay.init_from is not None and table_mode:
                 raise ConfigError(

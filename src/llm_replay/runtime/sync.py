@@ -34,6 +34,7 @@ from llm_replay.runtime.checkpoint import (
 from llm_replay.runtime.components import build_learner_parts, build_optimizer
 from llm_replay.runtime.layout import CHECKPOINT_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
+from llm_replay.runtime.prompt_skip import PromptSkipper, uninformative_groups
 from llm_replay.runtime.rollouts import prompt_indices
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,12 @@ class SyncTrainer(RunLoop):
         self.train_prompts = self.policy.train_prompts
         self.prompts_drawn = 0
         self.next_group = 0
+        skip = config.generation.skip
+        self.skipper = (
+            PromptSkipper(skip, len(self.train_prompts), config.train.seed)
+            if skip.enabled
+            else None
+        )
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -78,13 +85,19 @@ class SyncTrainer(RunLoop):
         self.scorer.close()
 
     def _prompt_indices(self) -> np.ndarray:
-        """The next `prompts_per_step` prompts of the run's seeded order."""
+        """The next `prompts_per_step` prompts of the run's seeded order (those the prompt
+        skipper lets through, when `generation.skip` is on)."""
         k = self.config.generation.prompts_per_step
-        indices = prompt_indices(
-            self.config.train.seed, len(self.train_prompts), self.prompts_drawn, k
-        )
-        self.prompts_drawn += k
-        return indices
+        chosen: list[np.ndarray] = []
+        while (have := sum(len(c) for c in chosen)) < k:
+            indices = prompt_indices(
+                self.config.train.seed, len(self.train_prompts), self.prompts_drawn, k - have
+            )
+            self.prompts_drawn += len(indices)
+            chosen.append(
+                indices if self.skipper is None else indices[self.skipper.choose(indices)]
+            )
+        return np.concatenate(chosen)
 
     def _publish(self) -> None:
         self.generator.policy_version = self.learner.version
@@ -136,7 +149,11 @@ class SyncTrainer(RunLoop):
     def _generate_groups(self) -> tuple[RolloutBatch, dict[str, float]]:
         indices = self._prompt_indices()
         batch, metrics = self.maker.make(indices, self.next_group, self.meter)
+        groups = self.next_group + np.arange(len(indices))
         self.next_group += len(indices)
+        if self.skipper is not None:
+            self.skipper.observe(indices, uninformative_groups(batch, groups))
+            metrics.update(self.skipper.metrics())
         return batch, metrics
 
     def train_iteration(self) -> dict[str, Any]:
@@ -168,6 +185,7 @@ class SyncTrainer(RunLoop):
             "learner_version": self.learner.version,
             "generator_version": self.generator.policy_version,
             "reward_counts": vars(self.scorer.counts),
+            **({} if self.skipper is None else {"prompt_skip": self.skipper.state()}),
         }
 
     def save_checkpoint(self) -> Path:
@@ -213,6 +231,10 @@ class SyncTrainer(RunLoop):
         self.generator.policy_version = int(state["generator_version"])
         for key, value in state["reward_counts"].items():
             setattr(self.scorer.counts, key, int(value))
+        if self.skipper is not None:
+            if "prompt_skip" not in state:
+                raise ValueError("generation.skip is on, but the checkpoint has no skip state")
+            self.skipper.load_state(state["prompt_skip"])
         self._restore_loop(state)
 
 
