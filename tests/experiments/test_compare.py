@@ -298,7 +298,12 @@ def test_shipped_experiment_file_validates(
     for method in experiment.methods:
         config = run_config(experiment, method, experiment.seeds[0])
         assert config.train.compute_budget == experiment.budget_of(method)
-        if method.extends is None:
+        if method.extends is None and method.budget is not None:
+            # a method run from scratch to a longer budget: one of the continued baselines
+            # (`--baseline on_policy_2x`, say) was run to the same budget
+            longer = {m.budget for m in experiment.methods if m.extends is not None}
+            assert method.budget in longer, method.name
+        elif method.extends is None:
             assert method.budget is None  # every compared method runs the experiment's budget
         else:  # a continuation of one of them, to a whole multiple of the budget
             multiple = config.train.compute_budget / experiment.budget
