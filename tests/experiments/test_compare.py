@@ -81,6 +81,7 @@ def test_compare_then_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         "entropy_vs_compute",
         "pass_at_k",
         "ratio_vs_mu",
+        "delta_vs_compute",
     ):
         assert (out / f"{png}.png").stat().st_size > 10_000
     # auto planned for μ = 5 starts at the prior y = 5 / (ρ + 1/x) = 5 / (1 + 1/8); once it has

@@ -240,13 +240,64 @@ def plot_experiment(
     ax.legend(fontsize=8)
     _save(fig, out / "ratio_vs_mu.png", paths)
     paths.append(plot_replay_dynamics(experiment.name, runs, styles, out / "replay_dynamics.png"))
+    paths.append(plot_delta(experiment.name, runs, summary["baseline"], styles, out))
     return paths
+
+
+def plot_delta(
+    name: str,
+    runs: dict[str, list[RunCurves]],
+    baseline: str,
+    styles: dict[str, dict[str, Any]],
+    out: Path,
+    basis: str = "mu_5",
+) -> Path:
+    """Each method's accuracy minus the baseline's at equal compute, at every point the baseline
+    covers (medians over seeds), with the baseline's own seed band around zero: a method whose
+    line stays above the band's floor is never below the baseline beyond its seed interval."""
+    plt = _pyplot()
+    path = out / "delta_vs_compute.png"
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=120)
+    reference = runs.get(baseline)
+    if not reference:
+        ax.text(0.5, 0.5, f"no runs of the baseline {baseline!r}", transform=ax.transAxes)
+        _save(fig, path, [])
+        return path
+    end = min(float(r.compute(basis)[-1]) for r in reference)
+    grid = np.linspace(end / 80, end, 80)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        base = on_grid(reference, "accuracy", basis, grid) * 100.0
+        middle = np.nanmedian(base, axis=0)
+        ax.fill_between(
+            grid,
+            np.nanmin(base, axis=0) - middle,
+            np.nanmax(base, axis=0) - middle,
+            color="grey",
+            alpha=0.2,
+            linewidth=0,
+            label=f"{baseline}: seed band",
+        )
+        for method, curves in runs.items():
+            if method == baseline:
+                continue
+            values = np.nanmedian(on_grid(curves, "accuracy", basis, grid) * 100.0, axis=0)
+            ax.plot(grid, values - middle, label=method, **styles[method])
+    ax.axhline(0.0, color="grey", linewidth=1)
+    ax.set_xlabel(_basis_label(basis))
+    ax.set_ylabel(f"Δ accuracy vs {baseline} at equal compute (points)")
+    ax.set_title(f"{name}: accuracy against the baseline at every evaluation (median over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    _save(fig, path, [])
+    return path
 
 
 DYNAMICS = (
     ("train/age_mean", "mean age of trained rollouts (learner steps)"),
     ("train/replayed_fraction", "share of trained rollouts drawn before"),
     ("replay/auto_ratio", "replay ratio y chosen by `auto`"),
+    ("anneal/scale", "replay scale s of `replay.anneal` (1 = as configured, 0 = on-policy)"),
 )
 
 
@@ -256,7 +307,7 @@ def plot_replay_dynamics(
     """Per method over the run: how old the trained rollouts were, how many were reused, and the
     y that `auto` chose (median over seeds of each iteration's value; rolling mean of 10)."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(16, 4.5), dpi=120)
+    fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(20, 4.5), dpi=120)
     for ax, (key, label) in zip(axes, DYNAMICS, strict=True):
         drawn = False
         for method, curves in runs.items():
