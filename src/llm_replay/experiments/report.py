@@ -286,7 +286,7 @@ def plot_delta(
     ax.axhline(0.0, color="grey", linewidth=1)
     ax.set_xlabel(_basis_label(basis))
     ax.set_ylabel(f"Δ accuracy vs {baseline} at equal compute (points)")
-    ax.set_title(f"{name}: accuracy against the baseline at every evaluation (median over seeds)")
+    ax.set_title(f"{name}: Δ accuracy at equal compute (median over seeds)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     _save(fig, path, [])
