@@ -30,3 +30,36 @@ def test_a_tis_variant_is_dashed_in_its_parents_colour() -> None:
     styles = _styles(["on_policy", "uniform", "uniform_tis"], "on_policy")
     assert styles["uniform_tis"]["color"] == styles["uniform"]["color"]
     assert styles["uniform_tis"]["linestyle"] == "--"
+
+
+def _run(tmp_path, name: str, anneal: bool):
+    from pathlib import Path
+
+    from llm_replay.experiments.analysis import RunCurves
+
+    records = []
+    for i in range(30):
+        train = {"kind": "train", "iteration": i + 1, "steps": i + 1}
+        if anneal:
+            train |= {
+                "anneal/entropy": 0.7 - 0.01 * i,
+                "anneal/reward_gain": 0.05 - 0.002 * i,
+                "anneal/scale": 0.97**i,
+                "signals/log_ratio_m2": 0.01,
+                "signals/stale_fraction": 0.5,
+            }
+        records.append(train)
+    evals = ({"kind": "eval", "iteration": 0, "eval/accuracy": 0.1},)
+    return RunCurves(Path(tmp_path) / name, evals, tuple(records))
+
+
+def test_the_controller_plot_draws_the_runs_that_log_its_signals(tmp_path) -> None:
+    from llm_replay.experiments.report import plot_controller
+
+    runs = {"on_policy": [_run(tmp_path, "a", False)], "anneal": [_run(tmp_path, "b", True)]}
+    styles = _styles(list(runs), "on_policy")
+    assert (
+        plot_controller("x", {"on_policy": runs["on_policy"]}, styles, tmp_path / "c.png") is None
+    )
+    path = plot_controller("x", runs, styles, tmp_path / "c.png")
+    assert path is not None and path.stat().st_size > 10_000

@@ -8,7 +8,7 @@ run against measured compute seconds (evaluation time excluded). Compute-to-targ
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +241,9 @@ def plot_experiment(
     _save(fig, out / "ratio_vs_mu.png", paths)
     paths.append(plot_replay_dynamics(experiment.name, runs, styles, out / "replay_dynamics.png"))
     paths.append(plot_delta(experiment.name, runs, summary["baseline"], styles, out))
+    controller = plot_controller(experiment.name, runs, styles, out / "controller.png")
+    if controller is not None:
+        paths.append(controller)
     return paths
 
 
@@ -301,18 +304,69 @@ DYNAMICS = (
 )
 
 
+Series = Callable[[dict[str, Any]], float | None]
+Panel = tuple[Series, str, float | None]  # what to plot, its axis label, a threshold to dot
+
+
+def _key(name: str) -> Series:
+    return lambda r: None if r.get(name) is None else float(r[name])
+
+
+def _stale_m2(r: dict[str, Any]) -> float | None:
+    m2, stale = r.get("signals/log_ratio_m2"), r.get("signals/stale_fraction")
+    return None if m2 is None or not stale else float(m2) / float(stale)
+
+
+CONTROLLER: tuple[Panel, ...] = (
+    (_key("anneal/entropy"), "fresh entropy, smoothed (nats / token)", None),
+    (_key("anneal/reward_gain"), "fresh reward gain over the window", 0.01),
+    (_stale_m2, "log-ratio 2nd moment on stale rows", 0.04),
+    (_key("anneal/scale"), "replay scale s (1 = as configured, 0 = on-policy)", None),
+)
+
+
 def plot_replay_dynamics(
     name: str, runs: dict[str, list[RunCurves]], styles: dict[str, dict[str, Any]], path: Path
 ) -> Path:
-    """Per method over the run: how old the trained rollouts were, how many were reused, and the
-    y that `auto` chose (median over seeds of each iteration's value; rolling mean of 10)."""
+    """Per method over the run: how old the trained rollouts were, how many were reused, the y
+    that `auto` chose and the replay controller's scale (median over seeds of each iteration's
+    value; rolling mean of 10)."""
+    panels: list[Panel] = [(_key(key), label, None) for key, label in DYNAMICS]
+    title = f"{name}: replay over the run (median over seeds, rolling mean of 10 iterations)"
+    return _iteration_panels(runs, styles, path, panels, title)
+
+
+def plot_controller(
+    name: str, runs: dict[str, list[RunCurves]], styles: dict[str, dict[str, Any]], path: Path
+) -> Path | None:
+    """The replay controller's signals over the run, with the default thresholds dotted (its
+    entropy floor is relative to the run's start), for the methods whose runs log them."""
+    traced = {
+        m: c for m, c in runs.items() if any("anneal/entropy" in r for r in c[0].train_records)
+    }
+    if not traced:
+        return None
+    title = (
+        f"{name}: the replay controller's signals (median over seeds; dotted = default threshold)"
+    )
+    return _iteration_panels(traced, styles, path, list(CONTROLLER), title)
+
+
+def _iteration_panels(
+    runs: dict[str, list[RunCurves]],
+    styles: dict[str, dict[str, Any]],
+    path: Path,
+    panels: list[Panel],
+    title: str,
+) -> Path:
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(20, 4.5), dpi=120)
-    for ax, (key, label) in zip(axes, DYNAMICS, strict=True):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), dpi=120)
+    for ax, (series_of, label, threshold) in zip(axes, panels, strict=True):
         drawn = False
         for method, curves in runs.items():
             series = [
-                [float(r[key]) for r in c.train_records if r.get(key) is not None] for c in curves
+                [v for v in (series_of(r) for r in c.train_records) if v is not None]
+                for c in curves
             ]
             length = min((len(v) for v in series), default=0)
             if length == 0:
@@ -322,13 +376,15 @@ def plot_replay_dynamics(
             smooth = np.convolve(values, np.ones(window) / window, mode="valid")
             ax.plot(np.arange(len(smooth)) + window, smooth, label=method, **styles[method])
             drawn = True
+        if threshold is not None:
+            ax.axhline(threshold, color="grey", linestyle=":", linewidth=1)
         if not drawn:
             ax.text(0.5, 0.5, "no method logs this", transform=ax.transAxes, ha="center")
         ax.set_xlabel("iteration")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, ncol=2)
-    fig.suptitle(f"{name}: replay over the run (median over seeds, rolling mean of 10 iterations)")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

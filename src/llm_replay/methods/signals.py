@@ -62,7 +62,15 @@ STEP_KEYS = {  # short name: the learner's metric
     "loss": "loss/policy",
 }
 
-LOGGED = ("kl_behaviour", "entropy", "sampled_nll", "clip_fraction", "log_ratio_m2", "grad_norm")
+LOGGED = (
+    "kl_behaviour",
+    "entropy",
+    "sampled_nll",
+    "clip_fraction",
+    "log_ratio_m2",
+    "stale_fraction",
+    "grad_norm",
+)
 
 
 @dataclass
