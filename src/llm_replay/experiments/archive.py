@@ -50,6 +50,20 @@ TRAIN_KEYS = (
     "compute/mu",
     "reward/mean",
     "reward/zero_variance_groups",
+    "anneal/scale",
+    "anneal/entropy",
+    "anneal/reward_gain",
+    "anneal/pressed_entropy",
+    "anneal/pressed_plateau",
+    "anneal/pressed_m2",
+    "anneal/pressed_clip",
+    "balance/scale",
+    "retire/prompts",
+    "skip/rate",
+    "skip/retest_informative_share",
+    "signals/log_ratio_m2",
+    "signals/stale_fraction",
+    "signals/progress",
 )
 
 
