@@ -16,6 +16,7 @@ from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.prompt_skip import PromptSkipper, uninformative_groups
 from tests.conftest import ROOT, tiny_config
+from tests.runtime.test_sync import run_full_and_cut
 
 
 def test_uninformative_groups_by_hand() -> None:
@@ -80,21 +81,11 @@ def test_a_run_skips_uninformative_prompts_and_pays_only_for_what_it_generates(
 
 
 def test_a_resumed_run_skips_what_the_uninterrupted_one_does(tmp_path: Path) -> None:
-    path = ROOT / "configs/on_policy.yaml"
-    SyncTrainer(tiny_config(path, tmp_path / "full", "train.iterations=6", *SKIP)).run()
-
-    class Interrupt(Exception):
-        pass
-
-    def stop_after_three(trainer: SyncTrainer, record: dict[str, object]) -> None:
-        if trainer.iteration == 3:
-            trainer.save_checkpoint()
-            raise Interrupt
-
-    cut = tiny_config(path, tmp_path / "cut", "train.iterations=6", *SKIP)
-    with pytest.raises(Interrupt):
-        SyncTrainer(cut).run(on_iteration=stop_after_three)
-    SyncTrainer(cut).run(resume=True)
+    # 8 prompts a round of 24: the resume at round 3 falls where the second epoch, the one
+    # that skips, begins
+    run_full_and_cut(
+        ROOT / "configs/on_policy.yaml", tmp_path, *SKIP, "generation.prompts_per_step=8"
+    )
 
     def train_records(run: str) -> list[dict[str, object]]:
         return [
@@ -104,5 +95,6 @@ def test_a_resumed_run_skips_what_the_uninterrupted_one_does(tmp_path: Path) -> 
         ]
 
     assert train_records("cut") == train_records("full")
+    assert train_records("full")[-1]["skip/skipped"] > 0
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert "prompt_skip" in state

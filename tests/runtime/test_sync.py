@@ -90,6 +90,26 @@ def _train_metrics(run_dir: Path) -> list[dict[str, float]]:
     ]
 
 
+def run_full_and_cut(path: Path, tmp_path: Path, *extra: str) -> None:
+    """Six iterations in `tmp_path/full`; in `tmp_path/cut`, three, a checkpoint, a crash, and a
+    resume to six (records the interrupted process wrote after its checkpoint must not
+    survive the resume)."""
+    SyncTrainer(tiny_config(path, tmp_path / "full", "train.iterations=6", *extra)).run()
+
+    class Interrupt(Exception):
+        pass
+
+    def stop_after_three(trainer: SyncTrainer, record: dict[str, object]) -> None:
+        if trainer.iteration == 3:
+            trainer.save_checkpoint()
+            raise Interrupt
+
+    cut = tiny_config(path, tmp_path / "cut", "train.iterations=6", *extra)
+    with pytest.raises(Interrupt):
+        SyncTrainer(cut).run(on_iteration=stop_after_three)
+    SyncTrainer(cut).run(resume=True)
+
+
 def test_same_seed_same_run(tmp_path: Path) -> None:
     for name in ("a", "b"):
         SyncTrainer(
@@ -100,23 +120,7 @@ def test_same_seed_same_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("preset", ["replay_uniform", "replay_prioritized", "rlep", "exgrpo"])
 def test_resume_matches_uninterrupted_run(preset: str, tmp_path: Path) -> None:
-    path = ROOT / "configs" / f"{preset}.yaml"
-    SyncTrainer(tiny_config(path, tmp_path / "full", "train.iterations=6")).run()
-
-    class Interrupt(Exception):
-        pass
-
-    def stop_after_three(trainer: SyncTrainer, record: dict[str, object]) -> None:
-        if trainer.iteration == 3:
-            trainer.save_checkpoint()
-            raise Interrupt
-
-    with pytest.raises(Interrupt):
-        SyncTrainer(tiny_config(path, tmp_path / "cut", "train.iterations=6")).run(
-            on_iteration=stop_after_three
-        )
-    # records the interrupted process wrote after its checkpoint must not survive the resume
-    SyncTrainer(tiny_config(path, tmp_path / "cut", "train.iterations=6")).run(resume=True)
+    run_full_and_cut(ROOT / "configs" / f"{preset}.yaml", tmp_path)
     assert _train_metrics(tmp_path / "cut") == _train_metrics(tmp_path / "full")
     full = json.loads((tmp_path / "full" / "summary.json").read_text())
     cut = json.loads((tmp_path / "cut" / "summary.json").read_text())

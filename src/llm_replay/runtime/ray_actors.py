@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -35,6 +36,8 @@ from llm_replay.runtime.ingest import IngestGate, WorkItem, make_item
 from llm_replay.runtime.layout import METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.shards import ShardedClient
 from llm_replay.runtime.weights import ObjectStoreWeights
+
+T = TypeVar("T")
 
 
 def _threads(cpus: float) -> None:
@@ -71,21 +74,19 @@ class TableActor:
 
     def sample(self, batch_size: int) -> tuple[Sample, float, float]:
         """(sample, seconds blocked by the limiter, seconds inside the table)."""
-        start = time.perf_counter()
-        self.table.wait_for_sample(batch_size)
-        idle = time.perf_counter() - start
-        start = time.perf_counter()
-        sample = self.table.sample(batch_size)
-        return sample, idle, time.perf_counter() - start
+        return self._timed(batch_size, self.table.sample)
 
     def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
         """The next round of the intake queue as rows, with the same timings as `sample`."""
+        return self._timed(size, self.table.sample_batch)
+
+    def _timed(self, n: int, draw: Callable[[int], T]) -> tuple[T, float, float]:
         start = time.perf_counter()
-        self.table.wait_for_sample(size)
+        self.table.wait_for_sample(n)
         idle = time.perf_counter() - start
         start = time.perf_counter()
-        fresh = self.table.sample_batch(size)
-        return fresh, idle, time.perf_counter() - start
+        drawn = draw(n)
+        return drawn, idle, time.perf_counter() - start
 
     def sample_sized(self, batch_size: int) -> tuple[Sample, int]:
         """A shard's draw for the front, and the shard's size after it."""
