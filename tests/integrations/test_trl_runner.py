@@ -75,3 +75,7 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
         trl_arguments(
             load_config("configs/on_policy.yaml", ["algorithm.aggregation=sequence_mean"]), tmp_path
         )
+    with pytest.raises(ConfigError, match=r"generation\.skip\.enabled: not with backend 'trl'"):
+        trl_arguments(load_config("configs/replay_positive_fixed_set.yaml"), tmp_path)
+    anneal = trl_arguments(load_config("configs/replay_positive_anneal.yaml"), tmp_path)
+    assert anneal.replay.options["anneal"].enabled  # the replay options reach the TRL trainer

@@ -69,6 +69,8 @@ def trl_arguments(
         )
     if g.dynamic_sampling:
         raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
+    if g.skip.enabled:
+        raise ConfigError("generation.skip.enabled: not with backend 'trl' (TRL picks the prompts)")
     if config.model.device != "cpu":
         raise ConfigError(f"model.device = {config.model.device!r}: backend 'trl' runs on CPU here")
     replay = config.replay.to_dict()
