@@ -80,6 +80,9 @@ def table_arguments(meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+LEGACY_POSITIVE = "positive_biased"  # the sampler that was also a remover, before removers
+
+
 def _sampler_and_remover(meta: dict[str, Any]) -> tuple[Sampler, Remover | None]:
     """A table saved before removers had a "positive_biased" sampler that was both: it comes
     back as the uniform sampler plus `PositiveRetention`, its state moved to the remover."""
@@ -91,9 +94,6 @@ def _sampler_and_remover(meta: dict[str, Any]) -> tuple[Sampler, Remover | None]
         make_sampler(name, **config),
         None if remover is None else make_remover(remover["name"], **remover["config"]),
     )
-
-
-LEGACY_POSITIVE = "positive_biased"
 
 
 def restore_table(table: TableParts, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

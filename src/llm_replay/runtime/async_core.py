@@ -8,10 +8,10 @@ mode; "rounds" whenever an option such as zero-variance replacement is on):
   queue), is filled by the workers; every learner step samples `train.batch_size` from it.
 - "rounds": workers deliver rounds (one work item = one sync iteration's fresh groups) to an intake
   queue; the learner takes one round per iteration, and the method (with its options) composes
-  that round's batches exactly as in the sync loop (a round comes out of the queue as rows,
-  `ReplayTable.sample_batch`, so it is padded once, at the learner) — fresh-anchored prioritized, RLEP with a
-  collected pool, auto. The queue holds at most `max(2, workers.count)` rounds, which bounds how
-  far generation runs ahead.
+  that round's batches exactly as in the sync loop — fresh-anchored prioritized, RLEP with a
+  collected pool, auto. A round comes out of the queue as rows (`ReplayTable.sample_batch`), so
+  it is padded once, at the learner. The queue holds at most `max(2, workers.count)` rounds,
+  which bounds how far generation runs ahead.
 
 `AsyncLearner.iteration` runs one logged iteration of learner steps (sample, train, advance the
 version, publish, time) and returns per-step records; `account_learner_steps` charges them to the
