@@ -382,6 +382,16 @@ class RolloutBatch:
     def num_tokens(self) -> int:
         return int(self.prompt_ids.size + self.completion_ids.size)
 
+    def uninformative_groups(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """(the group ids, sorted; for each, whether all its rollouts got the same reward), the
+        groups that teach nothing under group baselines."""
+        groups, inverse = np.unique(self.group_ids, return_inverse=True)
+        low = np.full(len(groups), np.inf)
+        high = np.full(len(groups), -np.inf)
+        np.minimum.at(low, inverse, self.rewards)
+        np.maximum.at(high, inverse, self.rewards)
+        return groups.astype(np.int64), high <= low
+
     def __getitem__(self, index: int) -> Rollout:
         n = len(self)
         if not -n <= index < n:

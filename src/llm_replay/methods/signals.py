@@ -96,10 +96,6 @@ class RoundStats:
         passed = np.where(fresh.correct >= 0, fresh.correct > 0, fresh.rewards > 0).astype(float)
         count = np.bincount(inverse, minlength=len(groups)).astype(float)
         pass_rates = np.bincount(inverse, weights=passed, minlength=len(groups)) / count
-        low = np.full(len(groups), np.inf)
-        high = np.full(len(groups), -np.inf)
-        np.minimum.at(low, inverse, fresh.rewards)
-        np.maximum.at(high, inverse, fresh.rewards)
         first_row = np.zeros(len(groups), dtype=np.int64)
         first_row[inverse[::-1]] = np.arange(len(fresh))[::-1]
         starts = np.concatenate([[0], np.cumsum(fresh.prompt_lengths, dtype=np.int64)])
@@ -111,7 +107,7 @@ class RoundStats:
             ],
             pass_rates=[float(p) for p in pass_rates],
             reward_mean=float(fresh.rewards.mean()),
-            zero_variance_share=float((high <= low).mean()),
+            zero_variance_share=float(fresh.uninformative_groups()[1].mean()),
             entropy=float(-tokens.mean()) if tokens.size else math.nan,
             rollouts=len(fresh),
         )

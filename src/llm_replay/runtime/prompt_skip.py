@@ -31,12 +31,8 @@ I64 = npt.NDArray[np.int64]
 
 def uninformative_groups(batch: RolloutBatch, group_ids: I64) -> npt.NDArray[np.bool_]:
     """For each of `group_ids`: were all its rollouts' rewards equal in `batch`?"""
-    low = np.full(len(group_ids), np.inf)
-    high = np.full(len(group_ids), -np.inf)
-    position = np.searchsorted(group_ids, batch.group_ids)
-    np.minimum.at(low, position, batch.rewards)
-    np.maximum.at(high, position, batch.rewards)
-    return high <= low
+    groups, flat = batch.uninformative_groups()
+    return flat[np.searchsorted(groups, group_ids)]
 
 
 class PromptSkipper:
