@@ -3,6 +3,7 @@ nothing on disk."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -35,7 +36,8 @@ def text_batch(texts: list[tuple[str, str]], rewards: list[float], version: int)
 def fill(table: ReplayTable) -> None:
     table.insert(text_batch([("1+2=", "3"), ("1+2=", "4")], [1.0, 0.0], 0))
     table.set_policy_version(2)
-    table.insert(text_batch([("9-5=", "4"), ("9-5=", "14")], [1.0, 0.0], 2))
+    later = text_batch([("9-5=", "4"), ("9-5=", "14")], [1.0, 0.0], 2)
+    table.insert(dataclasses.replace(later, reward_versions=np.array([3, 3])))
     table.sample(3)
 
 
@@ -65,6 +67,8 @@ def test_inspect_a_saved_table_as_json_with_decoded_rows(
     assert report["correct_share"] == pytest.approx(0.5)
     assert report["age_histogram"][:3] == [2, 0, 2]
     assert sum(report["reuse_histogram"]) == 4 and report["samples"] == 3
+    assert report["reward_versions"] == {"0": 2, "3": 2}
+    assert [r["reward_version"] for r in report["rows"]] == [0, 0, 3, 3]
     assert [(r["prompt"], r["completion"]) for r in report["rows"]] == [
         ("1+2=", "3"),
         ("1+2=", "4"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -23,9 +24,8 @@ def source_table(tmp_path: Path) -> Path:
     rng = np.random.default_rng(0)
     for version in range(4):
         table.set_policy_version(version)
-        table.insert(
-            make_batch(rng, 8, version=version, first_group=10 * version, correct_rate=0.5)
-        )
+        batch = make_batch(rng, 8, version=version, first_group=10 * version, correct_rate=0.5)
+        table.insert(dataclasses.replace(batch, reward_versions=np.full(8, version // 2)))
     table.set_policy_version(5)
     return table.save(tmp_path / "source")
 
@@ -43,6 +43,8 @@ def test_uniform_starts_with_the_source_rows_and_their_ages(tmp_path: Path) -> N
     ages = sorted(set((5 - table.storage.policy_version[table.storage.live_slots()]).tolist()))
     assert ages == [2, 3, 4, 5]
     assert (table.storage.group_id[table.storage.live_slots()] >= PRELOADED_GROUPS).all()
+    scored_by = np.unique(table.storage.reward_version[table.storage.live_slots()], return_counts=1)
+    assert [v.tolist() for v in scored_by] == [[0, 1], [16, 16]]  # reward versions kept
     fresh = make_batch(np.random.default_rng(1), 16, version=0)  # the new run's version 0
     samples = list(p.batches(fresh))
     assert len(samples) == 2 and all(s.ages.max() <= 5 for s in samples)

@@ -75,7 +75,7 @@ class Table(Protocol):
     def _apply_version(self, version: int) -> Any: ...
     def _apply_remove(self, keys: np.ndarray) -> Any: ...
     def _apply_scores(
-        self, keys: np.ndarray, rewards: Any, advantages: Any, correct: Any
+        self, keys: np.ndarray, rewards: Any, advantages: Any, correct: Any, versions: Any = None
     ) -> Any: ...
 
 
@@ -181,7 +181,13 @@ def apply(table: Table, op: str, fields: dict[str, Any]) -> None:
         table._apply_remove(fields["keys"].astype(np.int64))
     elif op == "scores":
         keys = fields["keys"].astype(np.int64)
-        table._apply_scores(keys, fields["rewards"], fields["advantages"], fields["correct"])
+        table._apply_scores(
+            keys,
+            fields["rewards"],
+            fields["advantages"],
+            fields["correct"],
+            fields.get("reward_versions"),
+        )
     else:
         raise CheckpointError(f"unknown log operation {op!r}")
 

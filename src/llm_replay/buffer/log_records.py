@@ -73,7 +73,10 @@ BATCH_ARRAYS = (
     "correct",
     "finish_reasons",
     "task_codes",
+    "reward_versions",
 )
+OPTIONAL_BATCH_ARRAYS = ("reward_versions",)
+"""Columns a record written before they existed lacks (the batch fills their default)."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,11 @@ def decode_fields(header: dict[str, Any], data: bytes) -> dict[str, Any]:
         arrays[name] = np.frombuffer(data, dtype=kind, count=count, offset=offset).reshape(shape)
     batches = {name.split(".")[0] for name in arrays if "." in name}
     for batch in batches:
-        columns = {c: arrays.pop(f"{batch}.{c}") for c in BATCH_ARRAYS}
+        columns = {
+            c: arrays.pop(f"{batch}.{c}")
+            for c in BATCH_ARRAYS
+            if c not in OPTIONAL_BATCH_ARRAYS or f"{batch}.{c}" in arrays
+        }
         fields[batch] = RolloutBatch(
             **columns,
             task_names=tuple(header["scalars"].pop(f"{batch}.task_names")),

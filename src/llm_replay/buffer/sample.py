@@ -35,7 +35,8 @@ class Sample:
     the table's version), times_sampled (including this draw), probabilities (of one draw),
     importance_weights, rewards, advantages (NaN if not computed), policy_versions, group_ids,
     prompt_lengths, completion_lengths, correct (-1 unknown), finish_reasons, sources (index of the
-    table a mixture drew each rollout from, 0 otherwise).
+    table a mixture drew each rollout from, 0 otherwise), reward_versions (of the reward model
+    that scored each rollout).
     """
 
     input_ids: I32
@@ -57,6 +58,7 @@ class Sample:
     finish_reasons: npt.NDArray[np.uint8]
     task_codes: npt.NDArray[np.int16]
     sources: npt.NDArray[np.int8]
+    reward_versions: I64
     task_names: tuple[str, ...] = ("",)
 
     def __len__(self) -> int:
@@ -84,6 +86,7 @@ class Sample:
             task_codes=self.task_codes.copy(),
             task_names=self.task_names,
             allow_empty=True,
+            reward_versions=self.reward_versions.copy(),
         )
 
     def rollouts(self) -> list[Rollout]:
@@ -133,6 +136,7 @@ class Sample:
             finish_reasons=batch.finish_reasons,
             task_codes=batch.task_codes,
             sources=np.full(n, source, dtype=np.int8),
+            reward_versions=batch.reward_versions,
             task_names=batch.task_names,
         )
 

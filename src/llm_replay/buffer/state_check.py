@@ -84,6 +84,7 @@ def check_storage_state(
         "col_task_code": (0, len(names) - 1),
         "col_times_sampled": (0, None),
         "col_policy_version": (0, None),
+        "col_reward_version": (0, None),
         "col_epoch": (0, None),
     }
     for name, (low, high) in checks.items():

@@ -77,6 +77,7 @@ class RolloutStorage:
         self.correct: npt.NDArray[np.int8]
         self.finish_reason: npt.NDArray[np.uint8]
         self.task_code: npt.NDArray[np.int16]
+        self.reward_version: I64
         self.live = np.zeros(capacity, dtype=bool)
         # Dense list of live slots (uniform sampling, scans) with each slot's position in it.
         self.dense = np.zeros(capacity, dtype=np.int32)
@@ -185,6 +186,7 @@ class RolloutStorage:
         self.correct[slots] = batch.correct
         self.finish_reason[slots] = batch.finish_reasons
         self.task_code[slots] = codes[batch.task_codes]
+        self.reward_version[slots] = batch.reward_versions
         self._enqueue(slots)
         self.live[slots] = True
         self.dense[self.size : self.size + n] = slots
@@ -393,6 +395,7 @@ class RolloutStorage:
             task_codes=self.task_code[slots].copy(),
             task_names=tuple(self.task_names),
             allow_empty=True,
+            reward_versions=self.reward_version[slots].copy(),
         )
 
     # ----------------------------------------------------------------- accounting

@@ -36,7 +36,10 @@ COLUMNS: dict[str, Any] = {
     "correct": np.int8,
     "finish_reason": np.uint8,
     "task_code": np.int16,
+    "reward_version": np.int64,
 }
+OPTIONAL_COLUMNS = {"reward_version": 0}
+"""Columns a state saved before they existed may lack, with the value they load as."""
 
 
 def state_arrays(self: Any) -> dict[str, np.ndarray]:
@@ -72,6 +75,11 @@ def state_meta(self: Any) -> dict[str, Any]:
 
 def load_state(self: Any, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     """Rebuild `self` (a `RolloutStorage`) from a saved state, prompts re-shared."""
+    saved = meta.get("fresh_slot")
+    if isinstance(saved, int) and not isinstance(saved, bool) and 0 <= saved <= self.capacity:
+        for name, value in OPTIONAL_COLUMNS.items():
+            if f"col_{name}" not in arrays:
+                arrays = {**arrays, f"col_{name}": np.full(saved, value, dtype=COLUMNS[name])}
     check_storage_state(self.capacity, meta, arrays, COLUMNS, LAYOUT_COLUMNS)
     used = int(meta["fresh_slot"])
     for name in COLUMNS:

@@ -342,6 +342,7 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
             "finish_reasons": st.finish_reason[slots],
             "task_codes": st.task_code[slots],
             "sources": np.zeros(len(slots), dtype=np.int8),
+            "reward_versions": st.reward_version[slots],
             "task_names": tuple(st.task_names),
         }
 

@@ -61,10 +61,12 @@ class TableUpdates:
         rewards: npt.ArrayLike,
         advantages: npt.ArrayLike,
         correct: npt.ArrayLike,
+        reward_versions: npt.ArrayLike | None = None,
     ) -> int:
-        """Replace stored rewards, advantages and correctness flags (all or nothing; missing keys
-        are skipped); a prioritized sampler re-prioritises by |advantage|. For re-scoring with a
-        new reward function (`llm_replay.rescore`). Returns how many rows changed."""
+        """Replace stored rewards, advantages and correctness flags, and with `reward_versions`
+        the version of the reward model that scored each (all or nothing; missing keys are
+        skipped); a prioritized sampler re-prioritises by |advantage|. For re-scoring with a new
+        reward function (`llm_replay.rescore`, `stale_rewards`). Returns how many rows changed."""
         key_array = keys_arg(keys)
         columns = [np.asarray(v, dtype=np.float64) for v in (rewards, advantages, correct)]
         for name, values in zip(("rewards", "advantages", "correct"), columns, strict=True):
@@ -72,23 +74,39 @@ class TableUpdates:
                 raise ValueError(f"{name}: need {key_array.shape[0]} finite values, one per key")
         if not np.isin(columns[2], (-1, 0, 1)).all():
             raise ValueError("correct: flags must be -1 (unknown), 0 or 1")
+        versions = None
+        if reward_versions is not None:
+            versions = np.asarray(reward_versions)
+            if versions.shape != key_array.shape or versions.dtype.kind not in "iu":
+                raise ValueError(
+                    f"reward_versions: need {key_array.shape[0]} integers, one per key"
+                )
+            if versions.size and versions.min() < 0:
+                raise ValueError("reward_versions: versions must be >= 0")
+            versions = versions.astype(np.int64)
+        extra = {} if versions is None else {"reward_versions": versions}
         with self._cond:
-            changed = self._apply_scores(key_array, *columns)
+            changed = self._apply_scores(key_array, columns[0], columns[1], columns[2], versions)
             self._journal(
                 "scores",
                 keys=key_array,
                 rewards=columns[0],
                 advantages=columns[1],
                 correct=columns[2],
+                **extra,
             )
             return changed
 
-    def _apply_scores(self, keys: I64, rewards: Any, advantages: Any, correct: Any) -> int:
+    def _apply_scores(
+        self, keys: I64, rewards: Any, advantages: Any, correct: Any, versions: Any = None
+    ) -> int:
         slots, found = self.storage.slots_of(keys)
         hit = slots[found]
         self.storage.reward[hit] = rewards[found]
         self.storage.advantage[hit] = advantages[found]
         self.storage.correct[hit] = correct[found].astype(np.int8)
+        if versions is not None:
+            self.storage.reward_version[hit] = versions[found]
         if isinstance(self.sampler, Prioritized):
             self.sampler.update_priorities(hit, np.abs(advantages[found]))
         return len(hit)

@@ -227,6 +227,9 @@ def _print_table_report(path: Path, r: dict[str, Any]) -> None:
     table.add_row("age histogram (0, 1, …)", " ".join(map(str, _trim(r["age_histogram"]))))
     table.add_row("reuse histogram (0, 1, …)", " ".join(map(str, _trim(r["reuse_histogram"]))))
     table.add_row("rewards", dist(r["rewards"]))
+    versions = r["reward_versions"]
+    if set(versions) - {"0"}:
+        table.add_row("reward model versions", ", ".join(f"v{v}: {n}" for v, n in versions.items()))
     table.add_row("advantages", dist(r["advantages"]))
     share = r["correct_share"]
     table.add_row("correct", "unknown" if share is None else f"{100 * share:.1f}%")
@@ -239,8 +242,9 @@ def _print_table_report(path: Path, r: dict[str, Any]) -> None:
             if "prompt" in row
             else f"{row['prompt_ids']} → {row['completion_ids']}"
         )
+        scorer = f" (reward model v{row['reward_version']})" if row["reward_version"] else ""
         console.print(
-            f"key {row['key']} v{row['policy_version']} reward {row['reward']:.3g} "
+            f"key {row['key']} v{row['policy_version']} reward {row['reward']:.3g}{scorer} "
             f"A {row['advantage']:.3g} sampled {row['times_sampled']}×: {escape(text)}",
             highlight=False,
         )

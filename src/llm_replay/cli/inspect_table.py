@@ -53,6 +53,7 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
     rewards = st.reward[live].astype(np.float64)
     advantages = st.advantage[live].astype(np.float64)
     correct = st.correct[live]
+    versions, counts = np.unique(st.reward_version[live], return_counts=True)
     out: dict[str, Any] = {
         **stats.to_dict(),
         "sampler": {"name": table.sampler.name, **table.sampler.config()},
@@ -64,6 +65,7 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
         "advantage_missing": int(np.isnan(advantages).sum()),
         "correct_share": float((correct == 1).mean()) if (correct >= 0).any() else None,
         "policy_versions": quantiles(st.policy_version[live].astype(np.float64)),
+        "reward_versions": {str(v): int(n) for v, n in zip(versions, counts, strict=True)},
         "rows": [],
     }
     if len(live) and rows > 0:
@@ -76,6 +78,7 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
             row: dict[str, Any] = {
                 "key": int(sample.keys[i]),
                 "policy_version": int(sample.policy_versions[i]),
+                "reward_version": int(sample.reward_versions[i]),
                 "reward": float(sample.rewards[i]),
                 "advantage": float(sample.advantages[i]),
                 "times_sampled": int(sample.times_sampled[i]),

@@ -3,7 +3,8 @@
 A *rollout* is one completion of one prompt: prompt token ids, completion token ids, the behaviour
 log-prob of every completion token (from the logits that sampled it), a reward, an advantage
 (optional until computed), the group it was scored in, the policy version of the weights that
-generated it, and a little task metadata.
+generated it, the version of the reward model that scored it (0 for a verifier, which never
+changes), and a little task metadata.
 
 `Rollout` and `Group` are the per-item views people write by hand and read in tests. `RolloutBatch`
 is the columnar form that crosses every seam (generator -> table -> learner): flat token arrays plus
@@ -70,6 +71,7 @@ class Rollout:
     correct: bool | None = None
     finish_reason: str = "stop"
     allow_empty: bool = False
+    reward_version: int = 0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -95,6 +97,7 @@ class Rollout:
             set_(self, "advantage", as_finite("advantage", self.advantage))
         set_(self, "group_id", as_int("group_id", self.group_id, minimum=0))
         set_(self, "policy_version", as_int("policy_version", self.policy_version, minimum=0))
+        set_(self, "reward_version", as_int("reward_version", self.reward_version, minimum=0))
         if not isinstance(self.task, str):
             raise InvalidRolloutError("task", self.task, "must be a string")
         if self.correct is not None and not isinstance(self.correct, bool | np.bool_):
@@ -124,6 +127,7 @@ class Rollout:
             and self.advantage == other.advantage
             and self.group_id == other.group_id
             and self.policy_version == other.policy_version
+            and self.reward_version == other.reward_version
             and self.metadata == other.metadata
         )
 
@@ -190,7 +194,8 @@ class RolloutBatch:
     completion_lengths [N] int32, behaviour_logprobs [C] float32, rewards/advantages [N] float64
     (advantage NaN = not computed yet), group_ids/policy_versions [N] int64, correct [N] int8
     (-1 unknown), finish_reasons [N] uint8 (index into FINISH_REASONS), task_codes [N] int16 with
-    task_names the code -> name table.
+    task_names the code -> name table, reward_versions [N] int64 (the reward model's version that
+    scored each rollout; zeros when not given).
     """
 
     prompt_ids: IntArray
@@ -207,6 +212,7 @@ class RolloutBatch:
     task_codes: npt.NDArray[np.int16]
     task_names: tuple[str, ...] = field(default=("",))
     allow_empty: bool = field(default=False, repr=False)
+    reward_versions: npt.NDArray[np.int64] = field(default=None)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         columns = validate_columns(
@@ -231,6 +237,7 @@ class RolloutBatch:
         finish_reasons: Sequence[str] | None = None,
         tasks: Sequence[str] | str = "",
         allow_empty: bool = False,
+        reward_versions: object | None = None,
     ) -> RolloutBatch:
         """Build and validate a batch from per-rollout sequences (what inference engines return)."""
         prompt_lengths, prompts = ragged_rows("prompt_ids", prompt_ids, "iu")
@@ -267,6 +274,7 @@ class RolloutBatch:
             task_codes=codes,
             task_names=names,
             allow_empty=allow_empty,
+            reward_versions=reward_versions,
         )
 
     @classmethod
@@ -287,6 +295,7 @@ class RolloutBatch:
         task_codes: object | None = None,
         task_names: Sequence[str] = ("",),
         allow_empty: bool = False,
+        reward_versions: object | None = None,
     ) -> RolloutBatch:
         """Build and validate a batch from flat arrays and lengths (vectorised checks)."""
         return cls(
@@ -304,6 +313,7 @@ class RolloutBatch:
             task_codes=task_codes,  # type: ignore[arg-type]
             task_names=tuple(task_names),
             allow_empty=allow_empty,
+            reward_versions=reward_versions,  # type: ignore[arg-type]
         )
 
     @classmethod
@@ -331,6 +341,7 @@ class RolloutBatch:
             task_codes=codes,
             task_names=tuple(names),
             allow_empty=True,  # each Rollout already enforced its own flag
+            reward_versions=np.array([r.reward_version for r in items], dtype=np.int64),
         )
 
     @classmethod
@@ -372,6 +383,7 @@ class RolloutBatch:
             task_codes=np.concatenate(code_parts),
             task_names=tuple(names),
             allow_empty=True,  # each part was admitted under its own flag
+            reward_versions=np.concatenate([b.reward_versions for b in batches]),
         )
 
     # ----------------------------------------------------------------- views
@@ -417,6 +429,7 @@ class RolloutBatch:
             correct=None if correct < 0 else bool(correct),
             finish_reason=FINISH_REASONS[int(self.finish_reasons[i])],
             allow_empty=True,
+            reward_version=int(self.reward_versions[i]),
         )
 
     def __iter__(self) -> Iterator[Rollout]:
@@ -454,6 +467,7 @@ class RolloutBatch:
             task_codes=self.task_codes[idx],
             task_names=self.task_names,
             allow_empty=True,
+            reward_versions=self.reward_versions[idx],
         )
 
 

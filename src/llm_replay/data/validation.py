@@ -383,6 +383,7 @@ def validate_columns(
     task_codes: object | None,
     task_names: object,
     allow_empty: bool,
+    reward_versions: object | None = None,
 ) -> dict[str, Any]:
     """Every column of a batch checked and narrowed to its storage dtype, as read-only arrays."""
     p_len = lengths_array("prompt_lengths", prompt_lengths)
@@ -421,6 +422,11 @@ def validate_columns(
         "correct": correct_flags(correct, n),
         "finish_reasons": finish_codes(finish_reasons, n),
         "task_codes": codes,
+        "reward_versions": (
+            np.zeros(n, dtype=np.int64)
+            if reward_versions is None
+            else per_rollout_ints("reward_versions", reward_versions, n)
+        ),
     }
     out: dict[str, Any] = {name: readonly(array) for name, array in columns.items()}
     out["task_names"] = names
