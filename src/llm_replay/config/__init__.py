@@ -28,6 +28,7 @@ from llm_replay.config.parse import (
     yaml_error,
 )
 from llm_replay.config.prompts import PromptSkipConfig
+from llm_replay.config.reward_model import RewardModelConfig, check_reward_model_use
 from llm_replay.config.workers import WorkersConfig
 from llm_replay.methods import (
     METHODS,
@@ -49,6 +50,7 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "ReplayConfig",
+    "RewardModelConfig",
     "TaskConfig",
     "TrainConfig",
     "WorkersConfig",
@@ -80,8 +82,9 @@ class ModelConfig:
             raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
 
 
-REWARDS = ("score", "binary")
-"""`task.reward`: the task's own score, or 1/0 by whether it reaches `correct_threshold`."""
+REWARDS = ("score", "binary", "model")
+"""`task.reward`: the task's own score, 1/0 by whether it reaches `correct_threshold`, or a
+learned reward model's (`reward_model:`; the task's score stays the evaluation metric)."""
 
 
 @dataclass
@@ -103,7 +106,7 @@ class TaskConfig:
     prompt_field: str = "prompt"
     answer_field: str = "answer"
     correct_threshold: float = 1.0
-    reward: str = "score"  # "binary": 1 where the score reaches correct_threshold, else 0
+    reward: str = "score"  # "binary": 1 where the score reaches correct_threshold; "model"
     reward_timeout_s: float = 5.0
     failure_reward: float = 0.0
 
@@ -375,10 +378,12 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
 
     def check(self) -> None:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name = {self.name!r}: must be a non-empty name without '/'")
+        check_reward_model_use(self.task.reward, self.runtime, self.reward_model)
         self._check_shards(self.replay.method_class)
         if self.runtime != "sync":
             method = self.replay.method_class

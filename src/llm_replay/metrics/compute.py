@@ -24,6 +24,8 @@ COUNTS = (
     "prompt_tokens",
     "padded_generation_tokens",
     "reward_calls",
+    "reward_model_tokens",
+    "reward_model_train_tokens",
     "rollouts_trained",
     "tokens_trained",
     "completion_tokens_trained",
@@ -35,6 +37,7 @@ COUNTS = (
 @dataclass
 class ComputeMeter:
     parameters: int = 0
+    reward_model_parameters: int = 0
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ROLES, 0.0))
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
 
@@ -97,7 +100,24 @@ class ComputeMeter:
         c, p = self.counts, float(self.parameters)
         generation = 2 * p * (c["prompt_tokens"] + c["tokens_generated"])
         training = 6 * p * c["tokens_trained"] + 2 * p * c["forward_only_tokens"]
-        return {"generation": generation, "training": training, "total": generation + training}
+        rm = float(self.reward_model_parameters)
+        scoring = 2 * rm * c["reward_model_tokens"] + 6 * rm * c["reward_model_train_tokens"]
+        return {
+            "generation": generation,
+            "scoring": scoring,
+            "training": training,
+            "total": generation + scoring + training,
+        }
+
+    @property
+    def reward_model_cost(self) -> float:
+        """A learned reward model's forwards and retraining in training-token units (a trained
+        policy token is 1): a forward token costs a third of a trained one, scaled by the two
+        models' parameter counts (`cost_on_basis` adds this on the μ bases)."""
+        if not self.parameters or not self.reward_model_parameters:
+            return 0.0
+        c, scale = self.counts, self.reward_model_parameters / self.parameters
+        return scale * (c["reward_model_tokens"] / 3 + c["reward_model_train_tokens"])
 
     def cost(self, mu: float) -> float:
         """Cost basis: completion tokens generated × μ + completion tokens trained on × 1."""
@@ -108,6 +128,8 @@ class ComputeMeter:
         out["compute/seconds"] = self.total_seconds
         out.update({f"compute/{k}": float(v) for k, v in self.counts.items()})
         out["compute/flops"] = self.flops["total"]
+        if self.reward_model_parameters:
+            out["compute/reward_model_cost"] = self.reward_model_cost
         if self.mu is not None:
             out["compute/mu"] = self.mu
         return out
@@ -115,6 +137,7 @@ class ComputeMeter:
     def state_dict(self) -> dict[str, Any]:
         return {
             "parameters": self.parameters,
+            "reward_model_parameters": self.reward_model_parameters,
             "seconds": dict(self.seconds),
             "counts": dict(self.counts),
         }
@@ -122,7 +145,8 @@ class ComputeMeter:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.parameters = int(state["parameters"])
         self.seconds = {r: float(state["seconds"][r]) for r in ROLES}
-        self.counts = {k: int(state["counts"][k]) for k in COUNTS}
+        self.reward_model_parameters = int(state.get("reward_model_parameters", 0))
+        self.counts = {k: int(state["counts"].get(k, 0)) for k in COUNTS}
 
 
 def cost_on_basis(basis: str, metrics: dict[str, float]) -> float:
@@ -131,7 +155,8 @@ def cost_on_basis(basis: str, metrics: dict[str, float]) -> float:
     `measured`: seconds of generation + scoring + training on this machine.
     `rollouts`: rollouts generated.
     `mu_X`: a cost model, completion tokens generated × X + completion tokens trained on × 1
-    (c_gen / c_train = X = μ; prompts are not counted on either side), in training-token units.
+    (c_gen / c_train = X = μ; prompts are not counted on either side), in training-token units,
+    plus a learned reward model's cost in the same units (`ComputeMeter.reward_model_cost`).
     """
     if basis == "measured":
         return float(metrics["compute/seconds"])
@@ -144,5 +169,5 @@ def cost_on_basis(basis: str, metrics: dict[str, float]) -> float:
             raise ValueError(f"basis = {basis!r}: expected mu_<number>") from None
         generated = float(metrics["compute/tokens_generated"])
         trained = float(metrics["compute/completion_tokens_trained"])
-        return generated * mu + trained
+        return generated * mu + trained + float(metrics.get("compute/reward_model_cost", 0.0))
     raise ValueError(f"basis = {basis!r}: choose measured, rollouts or mu_<number>")

@@ -6,7 +6,7 @@ from llm_replay.models.loading import (
     load_policy,
     resolve_model_path,
 )
-from llm_replay.models.tiny import build_char_tokenizer, tiny_qwen2_config
+from llm_replay.models.tiny import build_char_tokenizer, tiny_qwen2_config, tiny_reward_model
 
 __all__ = [
     "ModelLoadError",
@@ -15,4 +15,5 @@ __all__ = [
     "load_policy",
     "resolve_model_path",
     "tiny_qwen2_config",
+    "tiny_reward_model",
 ]

@@ -58,3 +58,23 @@ def tiny_qwen2_config(vocab_size: int = 128, **overrides: Any) -> Any:
     }
     settings.update(overrides)
     return Qwen2Config(**settings)
+
+
+def tiny_reward_model(policy: Any = None, *, seed: int = 0, **overrides: Any) -> tuple[Any, Any]:
+    """(classifier, tokenizer): a one-output `Qwen2ForSequenceClassification` of the tiny
+    model's shape, its backbone copied from `policy` (a tiny causal LM) when given, as reward
+    models are initialised from the policy they will judge; the head is seeded with `seed`."""
+    import torch
+    from transformers import Qwen2ForSequenceClassification
+
+    config = tiny_qwen2_config(**{"num_labels": 1, **overrides})
+    torch.manual_seed(seed)
+    model = Qwen2ForSequenceClassification(config)  # type: ignore[no-untyped-call]
+    if policy is not None:
+        backbone = {
+            k[len("model.") :]: v for k, v in policy.state_dict().items() if k.startswith("model.")
+        }
+        model.model.load_state_dict(backbone)
+    tokenizer = build_char_tokenizer(config.vocab_size)
+    tokenizer.padding_side = "right"
+    return model, tokenizer

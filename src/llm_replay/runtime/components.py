@@ -21,7 +21,7 @@ from llm_replay.methods import MethodContext, ReplayPipeline
 from llm_replay.methods.table_spec import TableSpec
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.runtime.rollouts import RolloutMaker
-from llm_replay.tasks import SafeScorer, Task, build_scorer, build_task
+from llm_replay.tasks import SafeScorer, Task, build_scorer, build_task, build_verifier
 
 
 @dataclass
@@ -69,7 +69,11 @@ class Policy:
             sampling=sampling_params(config),
             group_size=g.group_size,
             advantage=config.algorithm.advantage,
-            correct_threshold=self.task.correct_threshold,
+            correct_threshold=(
+                config.reward_model.success_threshold
+                if config.task.reward == "model"
+                else self.task.correct_threshold
+            ),
         )
 
     def evaluator(self, generator: HFGenerator, scorer: SafeScorer | None = None) -> Evaluator:
@@ -83,7 +87,7 @@ class Policy:
             self.tokenizer,
             prompts,
             problems,
-            scorer if scorer is not None else build_scorer(self.config, self.task),
+            scorer if scorer is not None else build_verifier(self.config, self.task),
             sampling=sampling_params(self.config),
             pass_k=e.pass_k,
             pass_size=e.pass_size,
@@ -161,7 +165,8 @@ def build_learner_parts(
     learner = build_learner(config, policy.model)
     generator = policy.generator(config.train.seed)
     maker = policy.rollout_maker(generator) if generates else None
-    evaluator = policy.evaluator(generator, scorer=maker.scorer if maker else None)
+    verifier = maker.scorer if maker and isinstance(maker.scorer, SafeScorer) else None
+    evaluator = policy.evaluator(generator, scorer=verifier)
     return LearnerParts(policy, learner, generator, evaluator, build_replay(config), maker)
 
 

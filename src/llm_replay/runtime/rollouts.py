@@ -18,6 +18,7 @@ from llm_replay.data.rollout import RolloutBatch
 from llm_replay.generation import Generator, SamplingParams
 from llm_replay.metrics import ComputeMeter
 from llm_replay.tasks import Problem, SafeScorer
+from llm_replay.tasks.reward_model import ModelScorer
 
 
 def prompt_indices(seed: int, num_prompts: int, start: int, count: int) -> np.ndarray:
@@ -41,7 +42,7 @@ class RolloutMaker:
         tokenizer: Any,
         problems: Sequence[Problem],
         prompts: Sequence[Sequence[int]],
-        scorer: SafeScorer,
+        scorer: SafeScorer | ModelScorer,
         sampling: SamplingParams,
         group_size: int,
         advantage: str,
@@ -65,9 +66,16 @@ class RolloutMaker:
         prompts = [self.prompts[i] for i in indices]
         with meter.time("generation"):
             out = self.generator.generate(prompts, self.group_size, self.sampling)
+        model_tokens = self.scorer.model_tokens
         with meter.time("scoring"):
             texts = self.tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
-            rewards = self.scorer.score(texts, [problems[i] for i in out.prompt_index])
+            prompt_texts = None
+            if isinstance(self.scorer, ModelScorer):
+                decoded = self.tokenizer.batch_decode(prompts, skip_special_tokens=True)
+                prompt_texts = [decoded[i] for i in out.prompt_index]
+            rewards = self.scorer.score(
+                texts, [problems[i] for i in out.prompt_index], prompt_texts=prompt_texts
+            )
         correct = rewards >= self.correct_threshold
         groups = first_group + out.prompt_index
         batch = RolloutBatch.from_flat(
@@ -81,6 +89,7 @@ class RolloutMaker:
             policy_versions=np.full(len(out), out.policy_version, np.int64),
             correct=correct.astype(np.int8),
             finish_reasons=out.finish_reasons,
+            reward_versions=np.full(len(out), self.scorer.version, np.int64),
         )
         batch = batch.with_advantages(group_advantages(rewards, groups, self.advantage))
         meter.add(
@@ -90,6 +99,7 @@ class RolloutMaker:
             prompt_tokens=out.prompt_tokens,
             padded_generation_tokens=out.padded_tokens,
             reward_calls=len(texts),
+            reward_model_tokens=self.scorer.model_tokens - model_tokens,
         )
         per_group = rewards.reshape(len(prompts), self.group_size)
         metrics = {

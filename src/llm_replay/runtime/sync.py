@@ -35,7 +35,9 @@ from llm_replay.runtime.components import build_learner_parts, build_optimizer
 from llm_replay.runtime.layout import CHECKPOINT_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.prompt_skip import PromptSkipper, uninformative_groups
+from llm_replay.runtime.reward_refresh import RewardModelRefresh
 from llm_replay.runtime.rollouts import prompt_indices
+from llm_replay.tasks.reward_model import ModelScorer
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,16 @@ class SyncTrainer(RunLoop):
         )
         self.scorer = self.maker.scorer
         self.meter = ComputeMeter(parameters=self.policy.parameters)
+        self.reward_refresh: RewardModelRefresh | None = None
+        if isinstance(self.scorer, ModelScorer):
+            self.meter.reward_model_parameters = self.scorer.model.parameters
+            self.reward_refresh = RewardModelRefresh(
+                config.reward_model,
+                self.scorer,
+                self.evaluator.scorer,
+                self.tokenizer,
+                seed=config.train.seed,
+            )
         # only a method that restarts from the base weights pays for a second copy of them
         self.base_state = (
             {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -149,6 +161,10 @@ class SyncTrainer(RunLoop):
     def _generate_groups(self) -> tuple[RolloutBatch, dict[str, float]]:
         indices = self._prompt_indices()
         batch, metrics = self.maker.make(indices, self.next_group, self.meter)
+        if self.reward_refresh is not None:
+            row_prompts = indices[batch.group_ids - self.next_group]
+            rows = [self.task.train[int(i)] for i in row_prompts]
+            metrics.update(self.reward_refresh.observe(batch, rows))
         groups = self.next_group + np.arange(len(indices))
         self.next_group += len(indices)
         if self.skipper is not None:
@@ -157,7 +173,11 @@ class SyncTrainer(RunLoop):
         return batch, metrics
 
     def train_iteration(self) -> dict[str, Any]:
+        refreshed: dict[str, float] = {}
+        if self.reward_refresh is not None and self.reward_refresh.due(self.iteration):
+            refreshed = self.reward_refresh.refresh(self.meter)
         fresh, record = self.generate_rollouts()
+        record.update(refreshed)
         self.replay.signals.set_mu(self.meter.mu)
         self.replay.signals.set_progress(self.schedule.progress(self.iteration, self.meter))
         steps: list[dict[str, float]] = []
@@ -186,6 +206,9 @@ class SyncTrainer(RunLoop):
             "generator_version": self.generator.policy_version,
             "reward_counts": vars(self.scorer.counts),
             **({} if self.skipper is None else {"prompt_skip": self.skipper.state()}),
+            **(
+                {} if self.reward_refresh is None else {"reward_model": self.reward_refresh.state()}
+            ),
         }
 
     def save_checkpoint(self) -> Path:
@@ -200,6 +223,8 @@ class SyncTrainer(RunLoop):
         save_learner_files(
             directory, model=self.model, optimizer=self.learner.optimizer, rng=self.generator.rng
         )
+        if self.reward_refresh is not None:
+            self.reward_refresh.save_weights(directory)
 
     def _save_replay(self, directory: Path) -> None:
         self.replay.save(directory)
@@ -235,6 +260,12 @@ class SyncTrainer(RunLoop):
             if "prompt_skip" not in state:
                 raise ValueError("generation.skip is on, but the checkpoint has no skip state")
             self.skipper.load_state(state["prompt_skip"])
+        if self.reward_refresh is not None:
+            if not isinstance(state.get("reward_model"), dict):
+                raise ValueError(
+                    "task.reward = model, but the checkpoint has no reward model state"
+                )
+            self.reward_refresh.load(state["reward_model"], source)
         self._restore_loop(state)
 
 

@@ -1,7 +1,7 @@
 """Tasks: problems with reference answers, a train/eval split, and safely scored rewards."""
 
 from llm_replay.tasks.base import Problem, Task, TaskError, disjoint_train
-from llm_replay.tasks.builder import build_scorer, build_task
+from llm_replay.tasks.builder import build_scorer, build_task, build_verifier
 from llm_replay.tasks.dataset import DatasetTask, math_verify_reward, read_rows
 from llm_replay.tasks.reasoning_gym import ReasoningGymTask
 from llm_replay.tasks.rewards import RewardCounts, SafeScorer
@@ -16,6 +16,7 @@ __all__ = [
     "TaskError",
     "build_scorer",
     "build_task",
+    "build_verifier",
     "disjoint_train",
     "math_verify_reward",
     "read_rows",

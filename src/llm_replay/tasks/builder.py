@@ -8,6 +8,7 @@ from llm_replay.config import Config
 from llm_replay.tasks.base import Task
 from llm_replay.tasks.dataset import DatasetTask
 from llm_replay.tasks.reasoning_gym import ReasoningGymTask
+from llm_replay.tasks.reward_model import ModelScorer, RewardModel
 from llm_replay.tasks.rewards import SafeScorer
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,28 @@ def _make_task(config: Config) -> Task:
     )
 
 
-def build_scorer(config: Config, task: Task) -> SafeScorer:
-    """A reward scorer with the run's timeout and failure reward (one per thread or process)."""
+def build_scorer(config: Config, task: Task) -> SafeScorer | ModelScorer:
+    """The training reward with the run's limits and failure reward (one per thread or process):
+    the task's verifier, or with `task.reward = model` the reward model."""
+    if config.task.reward == "model":
+        r = config.reward_model
+        assert r.path is not None
+        model = RewardModel(
+            r.path,
+            output=r.output,
+            device=config.model.device,
+            batch_size=r.batch_size,
+            max_length=r.max_length,
+        )
+        return ModelScorer(
+            model, task, timeout_s=r.timeout_s, failure_reward=config.task.failure_reward
+        )
+    return build_verifier(config, task)
+
+
+def build_verifier(config: Config, task: Task) -> SafeScorer:
+    """The task's own scorer: the training reward unless a reward model is, and always the
+    evaluation metric."""
     return SafeScorer(
         task,
         timeout_s=config.task.reward_timeout_s,

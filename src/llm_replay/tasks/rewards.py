@@ -37,7 +37,12 @@ class SafeScorer:
 
     `binary`: the reward is 1.0 where the task's score reaches its `correct_threshold`, else 0.0
     (the verifiable exact-match reward), for tasks whose score gives partial credit that RL would
-    otherwise climb without getting answers right."""
+    otherwise climb without getting answers right. A verifier never changes: its `version` is 0
+    and it forwards no reward-model tokens (`ModelScorer` has the same seam over a learned
+    reward model)."""
+
+    version = 0
+    model_tokens = 0
 
     def __init__(
         self,
@@ -58,8 +63,14 @@ class SafeScorer:
         self.counts = RewardCounts()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="reward")
 
-    def score(self, completions: Sequence[str], problems: Sequence[Problem]) -> np.ndarray:
-        """Rewards [N] float64 for completions paired with their problems."""
+    def score(
+        self,
+        completions: Sequence[str],
+        problems: Sequence[Problem],
+        prompt_texts: Sequence[str] | None = None,
+    ) -> np.ndarray:
+        """Rewards [N] float64 for completions paired with their problems (a verifier reads the
+        problem's answer; `prompt_texts` is for a reward model)."""
         if len(completions) != len(problems):
             raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
         futures = [

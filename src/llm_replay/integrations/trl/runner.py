@@ -38,7 +38,7 @@ from llm_replay.metrics import ComputeMeter, MetricsLogger
 from llm_replay.runtime.components import Policy
 from llm_replay.runtime.layout import SUMMARY_FILE, TRL_DIR
 from llm_replay.runtime.loop import RunLoop
-from llm_replay.tasks import build_scorer
+from llm_replay.tasks import SafeScorer, build_scorer, build_verifier
 
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
 
@@ -71,6 +71,11 @@ def trl_arguments(
         raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
     if g.skip.enabled:
         raise ConfigError("generation.skip.enabled: not with backend 'trl' (TRL picks the prompts)")
+    if config.task.reward == "model":
+        raise ConfigError(
+            "task.reward = 'model': backend 'trl' takes a reward model in ReplayGRPOTrainer's "
+            "reward_funcs instead; the run's own reward model (and its refreshes) is runtime=sync"
+        )
     if config.model.device != "cpu":
         raise ConfigError(f"model.device = {config.model.device!r}: backend 'trl' runs on CPU here")
     replay = config.replay.to_dict()
@@ -146,9 +151,12 @@ class TRLRun(RunLoop):
         )
         self.trainer.remove_callback(PrinterCallback)  # the run's own lines replace TRL's dicts
         self.meter: ComputeMeter = self.trainer.meter
-        self.evaluator = self.policy.evaluator(
-            self.policy.generator(config.train.seed), self.scorer
+        verifier = (
+            self.scorer
+            if isinstance(self.scorer, SafeScorer)
+            else build_verifier(config, self.policy.task)
         )
+        self.evaluator = self.policy.evaluator(self.policy.generator(config.train.seed), verifier)
 
     @property
     def steps(self) -> int:

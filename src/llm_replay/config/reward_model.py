@@ -1,0 +1,94 @@
+"""`reward_model:` — a learned reward model as the training reward (`task.reward: model`).
+
+The model is a local sequence classifier with one output (`AutoModelForSequenceClassification`),
+scoring the prompt text followed by the completion text. Its output passes through `output`
+(`sigmoid`: a probability, as a classifier trained on right/wrong labels gives; `logit`: the raw
+score, as a Bradley–Terry preference model gives) and a rollout counts as a success for the
+replay methods when that reward reaches `success_threshold`. The task's verifier, where it has
+one, stays the evaluation metric. `refresh_every: K` retrains the model every K iterations on the
+table's recent rollouts labelled by the verifier (`tasks.reward_model`), as iterative RLHF does,
+so that stored rewards go stale (see the `stale_rewards` option).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from llm_replay.config.parse import ConfigError, check_positive
+
+OUTPUTS = ("sigmoid", "logit")
+
+
+@dataclass
+class RewardModelConfig:
+    path: str | None = None
+    output: str = "sigmoid"
+    success_threshold: float = 0.5
+    batch_size: int = 64
+    max_length: int = 256
+    timeout_s: float = 60.0  # one batch's forward
+    refresh_every: int = 0  # iterations between retrainings; 0: never
+    refresh_rollouts: int = 2048  # the most recent stored rollouts a retraining learns from
+    refresh_steps: int = 40
+    refresh_batch: int = 64
+    refresh_lr: float = 3e-4
+
+    def check(self) -> None:
+        if self.output not in OUTPUTS:
+            raise ConfigError(f"output = {self.output!r}: choose one of {OUTPUTS}")
+        if not math.isfinite(self.success_threshold):
+            raise ConfigError(f"success_threshold = {self.success_threshold!r}: must be finite")
+        for key in ("batch_size", "max_length", "refresh_rollouts", "refresh_steps"):
+            check_positive(key, getattr(self, key))
+        check_positive("refresh_batch", self.refresh_batch)
+        check_positive("timeout_s", self.timeout_s)
+        check_positive("refresh_lr", self.refresh_lr)
+        check_positive("refresh_every", self.refresh_every, zero_ok=True)
+        if self.path is not None:
+            check_reward_model_dir(self.path)
+
+
+def check_reward_model_dir(path: str) -> None:
+    """A one-line error naming `path` unless it holds a one-output sequence classifier."""
+    from llm_replay.models.loading import ModelLoadError, resolve_model_path
+
+    try:
+        directory = resolve_model_path(path)
+    except ModelLoadError as error:
+        raise ConfigError(str(error).replace("model.path = ", "path = ", 1)) from None
+    try:
+        config = json.loads((Path(directory) / "config.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"path = {path!r}: unreadable config.json ({error})") from None
+    architectures = config.get("architectures") or []
+    if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        raise ConfigError(
+            f"path = {path!r}: not a sequence classifier (architectures {architectures}); a "
+            "reward model is saved from an AutoModelForSequenceClassification"
+        )
+    labels = config.get("num_labels") or len(config.get("id2label") or {}) or 2
+    if labels != 1:
+        raise ConfigError(
+            f"path = {path!r}: the classifier has {labels} labels; a reward model has one output "
+            "(num_labels=1)"
+        )
+
+
+def check_reward_model_use(reward: str, runtime: str, settings: RewardModelConfig) -> None:
+    """`task.reward = model` and `reward_model.path` go together, in the sync runtime."""
+    learned = reward == "model"
+    if learned and settings.path is None:
+        raise ConfigError("reward_model.path = None: task.reward = 'model' needs a reward model")
+    if not learned and settings.path is not None:
+        raise ConfigError(
+            f"reward_model.path = {settings.path!r}: set, but task.reward = {reward!r}; use "
+            "task.reward=model to train on it"
+        )
+    if learned and runtime != "sync":
+        raise ConfigError(
+            f"task.reward = 'model': runtime={runtime} does not carry a reward model (and its "
+            "refreshes) to its workers yet; use runtime=sync"
+        )
