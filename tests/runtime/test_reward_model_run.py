@@ -78,3 +78,27 @@ def test_a_resumed_run_with_refreshes_logs_the_uninterrupted_one(
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert state["reward_model"]["version"] == 2 and state["reward_model"]["window"]
     assert (tmp_path / "cut" / "checkpoint" / "reward_model" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("policy", ["evict", "rescore"])
+def test_stale_rewards_in_a_run_leave_only_the_current_models_rewards(
+    tmp_path: Path, rm_dir: Path, policy: str
+) -> None:
+    config = tiny_config(
+        POSITIVE,
+        tmp_path,
+        "train.iterations=3",
+        *learned(rm_dir),
+        "replay.stale_rewards.enabled=true",
+        f"replay.stale_rewards.policy={policy}",
+        "replay.stale_rewards.budget=4096",
+    )
+    trainer = SyncTrainer(config)
+    summary = trainer.run()
+    table = trainer.replay.method.table
+    assert set(table.storage.reward_version[table.storage.live_slots()].tolist()) == {1}
+    last = [r for r in read_log(tmp_path) if r["kind"] == "train"][-1]
+    assert last[f"stale_rewards/{'evicted' if policy == 'evict' else 'rescored'}"] > 0
+    if policy == "rescore":  # the re-scoring forwards are paid for
+        fresh = 3 * config.generation.rollouts_per_step
+        assert summary["counts"]["reward_calls"] > fresh

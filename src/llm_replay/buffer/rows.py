@@ -62,6 +62,13 @@ class TableRows:
             slots, found = self.storage.slots_of(key_array)
             return self.storage.gather_batch(slots[found]), found
 
+    def keys_scored_before(self, version: int) -> I64:
+        """Keys of the stored rollouts whose reward came from a reward model older than
+        `version`, in insertion order."""
+        with self._cond:
+            slots = self.storage.live_in_order()
+            return self.storage.keys_of(slots[self.storage.reward_version[slots] < version])
+
     def contains(self, keys: npt.ArrayLike) -> Found:
         """Which of `keys` name rollouts still stored."""
         key_array = keys_arg(keys)

@@ -383,7 +383,12 @@ class Config:
     def check(self) -> None:
         if not self.name or "/" in self.name:
             raise ConfigError(f"name = {self.name!r}: must be a non-empty name without '/'")
-        check_reward_model_use(self.task.reward, self.runtime, self.reward_model)
+        check_reward_model_use(
+            self.task.reward,
+            self.runtime,
+            self.reward_model,
+            stale_rewards="stale_rewards" in dict(self.replay.enabled_options()),
+        )
         self._check_shards(self.replay.method_class)
         if self.runtime != "sync":
             method = self.replay.method_class

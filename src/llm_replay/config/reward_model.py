@@ -77,9 +77,17 @@ def check_reward_model_dir(path: str) -> None:
         )
 
 
-def check_reward_model_use(reward: str, runtime: str, settings: RewardModelConfig) -> None:
-    """`task.reward = model` and `reward_model.path` go together, in the sync runtime."""
+def check_reward_model_use(
+    reward: str, runtime: str, settings: RewardModelConfig, *, stale_rewards: bool = False
+) -> None:
+    """`task.reward = model` and `reward_model.path` go together, in the sync runtime; the
+    `stale_rewards` option needs them."""
     learned = reward == "model"
+    if stale_rewards and not learned:
+        raise ConfigError(
+            f"replay.stale_rewards.enabled = true: task.reward = {reward!r} is a verifier's, which "
+            "never goes stale; the option is for task.reward=model"
+        )
     if learned and settings.path is None:
         raise ConfigError("reward_model.path = None: task.reward = 'model' needs a reward model")
     if not learned and settings.path is not None:

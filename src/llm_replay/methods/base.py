@@ -40,7 +40,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -84,10 +84,33 @@ class MethodConfig:
         return 1.0
 
 
+class StoredRewards(Protocol):
+    """The run's current learned reward model, for re-scoring stored rollouts (the front end
+    that owns the model provides it and charges what it costs to the run's compute)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def success_threshold(self) -> float: ...
+
+    def rescore(self, batch: RolloutBatch) -> np.ndarray:
+        """The current model's rewards for `batch`'s rows; raises if the model fails."""
+        ...
+
+
+@dataclass
+class RunServices:
+    """What the front end lends a method beyond signals: set after the run's parts are built."""
+
+    stored_rewards: StoredRewards | None = None
+
+
 @dataclass(frozen=True)
 class MethodContext:
-    """What a method needs to know of the rest of the run: its shape, and the run's signals
-    (`methods.signals`), which the front end that hosts the method keeps up to date."""
+    """What a method needs to know of the rest of the run: its shape, the run's signals
+    (`methods.signals`), which the front end that hosts the method keeps up to date, and the
+    services it lends (`RunServices`)."""
 
     batch_size: int
     rollouts_per_step: int
@@ -95,6 +118,7 @@ class MethodContext:
     seed: int = 0
     advantage: str = "grpo"
     signals: RunSignals = field(default_factory=RunSignals, compare=False)
+    services: RunServices = field(default_factory=RunServices, compare=False)
 
 
 def queue_spec(context: MethodContext) -> TableSpec:

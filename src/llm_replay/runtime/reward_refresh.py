@@ -130,3 +130,37 @@ def decode_rows(tokenizer: Any, batch: RolloutBatch) -> tuple[list[str], list[st
         list(tokenizer.batch_decode(prompts, skip_special_tokens=True)),
         list(tokenizer.batch_decode(completions, skip_special_tokens=True)),
     )
+
+
+class RunRewardModel:
+    """The run's reward model lent to methods (`methods.base.StoredRewards`): re-scores stored
+    rollouts, charging the forwards to the run's meter; raises if any of them fails."""
+
+    def __init__(
+        self, scorer: ModelScorer, tokenizer: Any, meter: ComputeMeter, success_threshold: float
+    ) -> None:
+        self.scorer, self.tokenizer, self.meter = scorer, tokenizer, meter
+        self._threshold = float(success_threshold)
+
+    @property
+    def version(self) -> int:
+        return self.scorer.version
+
+    @property
+    def success_threshold(self) -> float:
+        return self._threshold
+
+    def rescore(self, batch: RolloutBatch) -> np.ndarray:
+        prompts, completions = decode_rows(self.tokenizer, batch)
+        failures, tokens = self.scorer.counts.failures, self.scorer.model_tokens
+        with self.meter.time("scoring"):
+            rewards = self.scorer.score(
+                completions, [Problem(p, "") for p in prompts], prompt_texts=prompts
+            )
+        self.meter.add(
+            reward_calls=len(batch), reward_model_tokens=self.scorer.model_tokens - tokens
+        )
+        failed = self.scorer.counts.failures - failures
+        if failed:
+            raise RuntimeError(f"the reward model failed on {failed} of {len(batch)} rollouts")
+        return rewards

@@ -35,7 +35,7 @@ from llm_replay.runtime.components import build_learner_parts, build_optimizer
 from llm_replay.runtime.layout import CHECKPOINT_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.prompt_skip import PromptSkipper, uninformative_groups
-from llm_replay.runtime.reward_refresh import RewardModelRefresh
+from llm_replay.runtime.reward_refresh import RewardModelRefresh, RunRewardModel
 from llm_replay.runtime.rollouts import prompt_indices
 from llm_replay.tasks.reward_model import ModelScorer
 
@@ -68,6 +68,9 @@ class SyncTrainer(RunLoop):
                 self.evaluator.scorer,
                 self.tokenizer,
                 seed=config.train.seed,
+            )
+            self.replay.method.context.services.stored_rewards = RunRewardModel(
+                self.scorer, self.tokenizer, self.meter, config.reward_model.success_threshold
             )
         # only a method that restarts from the base weights pays for a second copy of them
         self.base_state = (
