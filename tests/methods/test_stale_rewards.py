@@ -132,8 +132,8 @@ def test_the_option_checks_its_knobs_and_needs_a_learned_reward(tmp_path: Path) 
             "replay.method=uniform",
             "replay.stale_rewards.enabled=true",
         )
+    context = MethodContext(batch_size=8, rollouts_per_step=16)
     with pytest.raises(ValueError, match="trains on each rollout once"):
-        context = MethodContext(batch_size=8, rollouts_per_step=16)
         ReplayPipeline.build(
             "on_policy",
             method_class("on_policy").Config(),
