@@ -117,8 +117,10 @@ def to_rollouts(
     correct_threshold: float,
     eos_token_ids: Sequence[int],
     order: np.ndarray | None = None,
+    reward_version: int = 0,
 ) -> RolloutBatch:
-    """The gathered round as validated rollouts (advantages as TRL computed them)."""
+    """The gathered round as validated rollouts (advantages as TRL computed them), their rewards
+    from reward-model version `reward_version`."""
     data = {k: v.detach().cpu().numpy() for k, v in round_.items()}
     if order is not None:
         data = {k: v[order] for k, v in data.items()}
@@ -140,6 +142,7 @@ def to_rollouts(
         correct=rewards >= correct_threshold,
         finish_reasons=["stop" if len(c) and int(c[-1]) in eos else "length" for c in completions],
         allow_empty=True,
+        reward_versions=np.full(len(rewards), reward_version, dtype=np.int64),
     )
 
 

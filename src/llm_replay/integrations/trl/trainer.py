@@ -95,6 +95,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self.last_draw: dict[str, float] = {}
         self.last_sample: Sample | None = None
         self.progress_override: float | None = None  # set by a front end that owns the budget
+        self.reward_version = 0
         self.add_callback(_StepTimer(self))
 
     def budget_progress(self) -> float | None:
@@ -105,6 +106,19 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             return self.progress_override
         max_steps = getattr(self.state, "max_steps", 0)
         return self.state.global_step / max_steps if max_steps and max_steps > 0 else None
+
+    def set_reward_version(self, version: int) -> None:
+        """Say that the reward functions changed (a reward model in `reward_funcs` was retrained
+        or swapped): rollouts scored from now on carry `version`, and the `stale_rewards` option
+        treats those scored before as stale. Versions never go back."""
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"version = {version!r}: must be an integer >= 0")
+        if version < self.reward_version:
+            raise ValueError(
+                f"version = {version}: the reward version is already {self.reward_version} and "
+                "never goes back"
+            )
+        self.reward_version = version
 
     # ------------------------------------------------------------------ TRL hooks (each calls super)
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, ids: Any) -> Any:
@@ -154,7 +168,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         self.pipeline.save(staging)
-        state = {"rounds": self.rounds, "meter": self.meter.state_dict()}
+        state = {
+            "rounds": self.rounds,
+            "meter": self.meter.state_dict(),
+            "reward_version": self.reward_version,
+        }
         (staging / STATE_FILE).write_text(json.dumps(state))
         shutil.rmtree(target, ignore_errors=True)
         os.replace(staging, target)
@@ -173,6 +191,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         state = json.loads((directory / STATE_FILE).read_text())
         self.rounds = int(state["rounds"])
         self.meter.load_state_dict(state["meter"])
+        self.reward_version = int(state.get("reward_version", 0))
         self._round = None
 
     # ------------------------------------------------------------------ rounds and micro-batches
@@ -210,6 +229,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             correct_threshold=self.args.replay_correct_threshold,
             eos_token_ids=self.eos_token_ids,
             order=step_major(total, processes, self.args.per_device_train_batch_size),
+            reward_version=self.reward_version,
         )
         self.rounds += 1
         self.last_round_reward = float(fresh.rewards.mean())

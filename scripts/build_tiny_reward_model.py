@@ -1,0 +1,139 @@
+"""Build a shipped tiny reward model: a classifier of the tiny policy's own samples, right or wrong.
+
+    python scripts/build_tiny_reward_model.py --task chain_sum \
+        --out src/llm_replay/assets/tiny-chain-sum-reward
+
+A reward model in RLHF is trained on judgements of the policy's own outputs; here the judge is the
+task's verifier. The script samples `--samples` completions per train prompt from the shipped
+tiny policy (temperature 1, the run's sampling), labels each with the verifier, and trains a
+one-output `Qwen2ForSequenceClassification` initialised from the policy's backbone (as reward
+models are initialised from the model they judge) for `--steps` minibatches of binary
+cross-entropy. Held-out accuracy is measured on completions of the task's eval prompts. It is
+deliberately small and briefly trained, so it is imperfect: a policy optimised against it can
+find what it gets wrong, and the gap between its reward and the verifier's accuracy over a run
+measures that (docs/RESULTS.md, "Learned reward models and stale rewards"). Reproducible for a
+seed on CPU; writes the model, tokenizer and `build.json` (settings, label rates, accuracies).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from llm_replay.generation import HFGenerator, SamplingParams
+from llm_replay.models import encode_prompts, load_policy, tiny_reward_model
+from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_task
+from llm_replay.tasks.reward_model import RewardModel
+
+
+def sample_labelled(
+    policy, tokenizer, task, problems, samples: int, max_new_tokens: int, seed: int
+):
+    """(prompts, completions, labels) of `samples` completions per problem, verifier-labelled."""
+    generator = HFGenerator(
+        policy, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, seed=seed
+    )
+    encoded = encode_prompts(tokenizer, [p.prompt for p in problems], "off")
+    prompts, completions, labels = [], [], []
+    for start in range(0, len(problems), 256):
+        out = generator.generate(
+            encoded[start : start + 256], samples, SamplingParams(max_new_tokens, 1.0)
+        )
+        texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
+        for text, index in zip(texts, out.prompt_index, strict=True):
+            problem = problems[start + int(index)]
+            prompts.append(problem.prompt)
+            completions.append(text)
+            labels.append(int(task.score(text, problem) >= task.correct_threshold))
+    return prompts, completions, np.asarray(labels)
+
+
+def auc(scores: np.ndarray, truth: np.ndarray) -> float:
+    """The chance a right completion scores above a wrong one (ties count half)."""
+    right, wrong = scores[truth], scores[~truth]
+    if not len(right) or not len(wrong):
+        return float("nan")
+    above = (right[:, None] > wrong[None, :]).mean()
+    ties = (right[:, None] == wrong[None, :]).mean()
+    return float(above + ties / 2)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="chain_sum", choices=sorted(BUILTIN_TASKS))
+    parser.add_argument("--policy", default=None, help="default: builtin:tiny-<task>")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--prompts", type=int, default=3000)
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    torch.manual_seed(args.seed)
+    policy_path = args.policy or f"builtin:tiny-{args.task.replace('_', '-')}"
+    policy, tokenizer = load_policy(policy_path)
+    task = builtin_task(args.task, train_size=args.prompts, eval_size=500)
+    start = time.perf_counter()
+    train = sample_labelled(
+        policy, tokenizer, task, task.train, args.samples, args.max_new_tokens, args.seed
+    )
+    test = sample_labelled(
+        policy, tokenizer, task, task.eval, args.samples, args.max_new_tokens, args.seed + 1
+    )
+    model, rm_tokenizer = tiny_reward_model(policy, seed=args.seed)
+    with tempfile.TemporaryDirectory() as scratch:
+        model.save_pretrained(scratch)
+        rm_tokenizer.save_pretrained(scratch)
+        reward = RewardModel(scratch, batch_size=256)
+    fit = reward.retrain(
+        train[0],
+        train[1],
+        train[2].tolist(),
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+    )
+    seconds = time.perf_counter() - start
+    scores = reward.score(test[0], test[1])
+    judged = scores >= 0.5
+    truth = test[2].astype(bool)
+    args.out.mkdir(parents=True, exist_ok=True)
+    reward.save(args.out)
+    info = {
+        "task": args.task,
+        "policy": policy_path,
+        "prompts": args.prompts,
+        "samples_per_prompt": args.samples,
+        "steps": args.steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "seed": args.seed,
+        "parameters": reward.parameters,
+        "train_rollouts": len(train[2]),
+        "train_correct_rate": float(train[2].mean()),
+        "train_accuracy": fit["accuracy_after"],
+        "heldout_rollouts": len(truth),
+        "heldout_correct_rate": float(truth.mean()),
+        "heldout_accuracy": float((judged == truth).mean()),
+        "heldout_true_positive_rate": float(judged[truth].mean()),
+        "heldout_false_positive_rate": float(judged[~truth].mean()),
+        "heldout_auc": auc(scores, truth),
+        "seconds": round(seconds, 1),
+        "torch": torch.__version__,
+    }
+    (args.out / "build.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(json.dumps(info, indent=1))
+
+
+if __name__ == "__main__":
+    main()
