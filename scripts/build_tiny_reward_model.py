@@ -5,7 +5,7 @@
 
 A reward model in RLHF is trained on judgements of the policy's own outputs; here the judge is the
 task's verifier. The script samples `--samples` completions per train prompt from the shipped
-tiny policy (temperature 1, the run's sampling), labels each with the verifier, and trains a
+tiny policy (`--temperature`, the presets' 0.7), labels each with the verifier, and trains a
 one-output `Qwen2ForSequenceClassification` initialised from the policy's backbone (as reward
 models are initialised from the model they judge) for `--steps` minibatches of binary
 cross-entropy. Held-out accuracy is measured on completions of the task's eval prompts. It is
@@ -33,7 +33,14 @@ from llm_replay.tasks.reward_model import RewardModel
 
 
 def sample_labelled(
-    policy, tokenizer, task, problems, samples: int, max_new_tokens: int, seed: int
+    policy,
+    tokenizer,
+    task,
+    problems,
+    samples: int,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
 ):
     """(prompts, completions, labels) of `samples` completions per problem, verifier-labelled."""
     generator = HFGenerator(
@@ -43,7 +50,7 @@ def sample_labelled(
     prompts, completions, labels = [], [], []
     for start in range(0, len(problems), 256):
         out = generator.generate(
-            encoded[start : start + 256], samples, SamplingParams(max_new_tokens, 1.0)
+            encoded[start : start + 256], samples, SamplingParams(max_new_tokens, temperature)
         )
         texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
         for text, index in zip(texts, out.prompt_index, strict=True):
@@ -72,6 +79,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=3000)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--temperature", type=float, default=0.7, help="the presets' sampling")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-4)
@@ -83,12 +91,9 @@ def main() -> None:
     policy, tokenizer = load_policy(policy_path)
     task = builtin_task(args.task, train_size=args.prompts, eval_size=500)
     start = time.perf_counter()
-    train = sample_labelled(
-        policy, tokenizer, task, task.train, args.samples, args.max_new_tokens, args.seed
-    )
-    test = sample_labelled(
-        policy, tokenizer, task, task.eval, args.samples, args.max_new_tokens, args.seed + 1
-    )
+    sampling = (args.samples, args.max_new_tokens, args.temperature)
+    train = sample_labelled(policy, tokenizer, task, task.train, *sampling, args.seed)
+    test = sample_labelled(policy, tokenizer, task, task.eval, *sampling, args.seed + 1)
     model, rm_tokenizer = tiny_reward_model(policy, seed=args.seed)
     with tempfile.TemporaryDirectory() as scratch:
         model.save_pretrained(scratch)
@@ -114,6 +119,7 @@ def main() -> None:
         "policy": policy_path,
         "prompts": args.prompts,
         "samples_per_prompt": args.samples,
+        "temperature": args.temperature,
         "steps": args.steps,
         "batch_size": args.batch_size,
         "lr": args.lr,

@@ -64,6 +64,15 @@ TRAIN_KEYS = (
     "signals/log_ratio_m2",
     "signals/stale_fraction",
     "signals/progress",
+    "reward/correct_rate",
+    "reward/verifier_correct_rate",
+    "reward_model/agreement",
+    "reward_model/version",
+    "stale_rewards/stale",
+    "stale_rewards/evicted",
+    "stale_rewards/rescored",
+    "stale_rewards/discount",
+    "compute/reward_model_cost",
 )
 
 

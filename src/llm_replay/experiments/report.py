@@ -244,6 +244,9 @@ def plot_experiment(
     controller = plot_controller(experiment.name, runs, styles, out / "controller.png")
     if controller is not None:
         paths.append(controller)
+    gap = plot_reward_gap(experiment.name, runs, styles, out / "reward_gap.png")
+    if gap is not None:
+        paths.append(gap)
     return paths
 
 
@@ -350,6 +353,35 @@ def plot_controller(
         f"{name}: the replay controller's signals (median over seeds; dotted = default threshold)"
     )
     return _iteration_panels(traced, styles, path, list(CONTROLLER), title)
+
+
+def _reward_gap(r: dict[str, Any]) -> float | None:
+    learned, verified = r.get("reward/correct_rate"), r.get("reward/verifier_correct_rate")
+    return None if learned is None or verified is None else float(learned) - float(verified)
+
+
+REWARD_GAP: tuple[Panel, ...] = (
+    (_key("reward/correct_rate"), "fresh success rate by the reward model", None),
+    (_key("reward/verifier_correct_rate"), "fresh correct rate by the verifier", None),
+    (_reward_gap, "reward model − verifier (reward hacking > 0)", 0.0),
+    (_key("reward_model/agreement"), "reward model agrees with the verifier", None),
+)
+
+
+def plot_reward_gap(
+    name: str, runs: dict[str, list[RunCurves]], styles: dict[str, dict[str, Any]], path: Path
+) -> Path | None:
+    """With a learned reward model: what it says of the fresh rollouts against what the verifier
+    says, over the run, for the methods whose runs log both."""
+    traced = {
+        m: c
+        for m, c in runs.items()
+        if any("reward/verifier_correct_rate" in r for r in c[0].train_records)
+    }
+    if not traced:
+        return None
+    title = f"{name}: the learned reward against the verifier (median over seeds)"
+    return _iteration_panels(traced, styles, path, list(REWARD_GAP), title)
 
 
 def _iteration_panels(
