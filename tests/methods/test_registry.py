@@ -19,6 +19,15 @@ OPTION_RUNS = [
     (option, next(m for m in sorted(METHODS) if cls.refusal(METHODS[m]) is None))
     for option, cls in sorted(OPTIONS.items())
 ]
+NEEDS = {  # what an option needs of the run beside its method
+    "stale_rewards": (
+        "task.reward=model",
+        "reward_model.path=builtin:tiny-chain-sum-reward",
+        "reward_model.refresh_every=1",
+        "reward_model.refresh_steps=2",
+    ),
+}
+SYNC_ONLY = {"stale_rewards": "does not carry a reward model"}  # and the refusal that says so
 
 
 def test_methods_json_lists_every_method_and_option(capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,6 +89,7 @@ def test_every_option_trains_end_to_end(option: str, method: str, tmp_path: Path
         f"replay.method={method}",
         f"replay.{option}.enabled=true",
         "train.iterations=3",
+        *NEEDS.get(option, ()),
     )
     summary = build_trainer(config).run()
     assert summary["iterations"] == 3
@@ -103,7 +113,12 @@ def test_every_option_runs_threaded_logs_its_metrics_and_resumes(
         f"replay.{option}.enabled=true",
         "runtime=threaded",
         "workers.count=1",
+        *NEEDS.get(option, ()),
     ]
+    if option in SYNC_ONLY:
+        with pytest.raises(ConfigError, match=SYNC_ONLY[option]):
+            tiny_config(None, tmp_path, *sets)
+        return
     build_trainer(tiny_config(None, tmp_path, *sets, "train.iterations=2")).run()
     train = [r for r in read_log(tmp_path) if r["kind"] == "train"]
     assert len(train) == 2
