@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.experiments.analysis import RunCurves, on_grid
+from llm_replay.methods.anneal import STALE_MIN
 from llm_replay.metrics.logging import read_log
 
 
@@ -317,7 +318,9 @@ def _key(name: str) -> Series:
 
 def _stale_m2(r: dict[str, Any]) -> float | None:
     m2, stale = r.get("signals/log_ratio_m2"), r.get("signals/stale_fraction")
-    return None if m2 is None or not stale else float(m2) / float(stale)
+    if m2 is None or stale is None or float(stale) <= STALE_MIN:
+        return None  # as the controller reads it: no stale rows to speak of
+    return float(m2) / float(stale)
 
 
 CONTROLLER: tuple[Panel, ...] = (

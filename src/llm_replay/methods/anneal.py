@@ -60,6 +60,11 @@ MODES = ("signals", "schedule")
 OFF = 0.02  # a scale below this is 0: on-policy exactly, not a trickle of replay
 
 
+STALE_MIN = 0.05
+"""The drift reading needs at least this share of stale rows in the trained batches: below it the
+log-ratio moment per stale row is the ratio of two vanishing numbers."""
+
+
 @dataclass
 class AnnealConfig(OptionConfig):
     mode: str = knob(
@@ -174,7 +179,7 @@ class Anneal(MethodOption[AnnealConfig]):
         )
         plateau = len(self.rewards) == s.window and reward_gain(list(self.rewards)) < s.min_gain
         m2, stale = signals.mean("log_ratio_m2"), signals.mean("stale_fraction")
-        drift = m2 is not None and stale is not None and stale > 0.05 and m2 / stale > s.m2_max
+        drift = m2 is not None and stale is not None and stale > STALE_MIN and m2 / stale > s.m2_max
         clip = signals.mean("clip_fraction")
         clipped = s.clip_max is not None and clip is not None and clip > s.clip_max
         return {"entropy": entropy, "plateau": plateau, "m2": drift, "clip": clipped}
