@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from llm_replay.experiments.analysis import RunCurves, compare_methods, median_or_none
+from llm_replay.experiments.analysis import (
+    RunCurves,
+    compare_methods,
+    median_or_none,
+    worst_margin,
+)
 from llm_replay.metrics import MetricsLogger
 
 
@@ -169,3 +174,17 @@ def test_a_plateau_call_whose_interval_spans_the_threshold_says_it_is_weak(tmp_p
     ]
     note = plateau_note(compare_methods({"base": runs}, baseline="base", bases=["mu_5"]))
     assert note is not None and "ends on its plateau: +0.20" in note and "weak" in note
+
+
+def test_worst_margin_is_the_least_distance_above_the_baselines_seed_floor(tmp_path: Path) -> None:
+    def flat(name: str, level: float) -> RunCurves:
+        return fake_run(tmp_path / name, [level] * 6, 1.0, 100, 100)
+
+    base = [flat(f"b{s}", level) for s, level in enumerate((0.40, 0.42, 0.44))]
+    above = [flat(f"a{s}", level) for s, level in enumerate((0.43, 0.45, 0.47))]
+    below = [flat(f"w{s}", level) for s, level in enumerate((0.30, 0.38, 0.50))]
+    assert worst_margin(above, base, "mu_5") == pytest.approx(5.0)  # median 45 − floor 40
+    assert worst_margin(below, base, "mu_5") == pytest.approx(-2.0)
+    summary = compare_methods({"base": base, "above": above}, baseline="base", bases=["mu_5"])
+    assert summary["methods"]["above"]["worst_margin_mu_5"] == pytest.approx(5.0)
+    assert summary["methods"]["base"]["worst_margin_mu_5"] == pytest.approx(2.0)

@@ -9,6 +9,7 @@ evaluations, so targets and reach times use a trailing mean over `SMOOTH` evalua
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,6 +260,7 @@ def compare_methods(
                 [accuracy_gain(c, reference[s], "mu_5") for c, s in zip(curves, seeds, strict=True)]
             ),
             "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
+            "worst_margin_mu_5": worst_margin(curves, runs[baseline], "mu_5"),
             "saturation_mu_5": _saturation([c.saturation("mu_5") for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
             "compute_to_target_ratio": ratio,
@@ -274,6 +276,25 @@ def compare_methods(
         "baseline_compute": {b: median_or_none(list(v.values())) for b, v in cost_of.items()},
         "methods": methods,
     }
+
+
+def worst_margin(
+    curves: Sequence[RunCurves], reference: Sequence[RunCurves], basis: str, after: float = 0.1
+) -> float | None:
+    """The least, over 80 equal-compute points from `after` of the reference's budget to its
+    end, of this method's median accuracy minus the floor of the reference's seed band, in
+    points: >= 0 means never below the reference beyond its seed interval there (what
+    `delta_vs_compute.png` draws)."""
+    end = min(float(r.compute(basis)[-1]) for r in reference)
+    grid = np.linspace(end / 80, end, 80)
+    grid = grid[grid >= after * end]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        floor = np.nanmin(on_grid(reference, "accuracy", basis, grid), axis=0)
+        mine = np.nanmedian(on_grid(curves, "accuracy", basis, grid), axis=0)
+    margin = (mine - floor) * 100.0
+    margin = margin[np.isfinite(margin)]
+    return float(margin.min()) if len(margin) else None
 
 
 def accuracy_gain(run: RunCurves, reference: RunCurves, basis: str) -> float | None:

@@ -134,8 +134,8 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
     """The comparison as a Markdown table (what docs/RESULTS.md shows), same cells as the
     terminal table; the unfinished runs are listed under it."""
     bases = summary["experiment"]["bases"]
-    head = ["method", "seeds", "final acc (min–max)", "Δ acc at equal μ5", "pass@8", "entropy"]
-    head += ["tail slope", "plateau fit", "age", "y"]
+    head = ["method", "seeds", "final acc (min–max)", "Δ acc at equal μ5", "worst Δ vs band"]
+    head += ["pass@8", "entropy", "tail slope", "plateau fit", "age", "y"]
     lines = ["| " + " | ".join([*head, *(f"ratio {b}" for b in bases)]) + " |"]
     lines.append("|" + "---|" * (len(head) + len(bases)))
     for name, m in summary["methods"].items():
@@ -147,6 +147,7 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
             str(m["seeds"]),
             f"{100 * acc['median']:.1f}% ({100 * acc['min']:.1f}–{100 * acc['max']:.1f})",
             _gain_cell(m),
+            "—" if m.get("worst_margin_mu_5") is None else f"{m['worst_margin_mu_5']:+.1f}",
             "—" if not pass8 else _percent_cell(pass8),
             f"{m['entropy']['median']:.3f}",
             "—" if slope is None else f"{slope:+.2f}",
