@@ -16,7 +16,7 @@ from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.prompt_skip import PromptSkipper, uninformative_groups
 from tests.conftest import ROOT, tiny_config
-from tests.runtime.test_sync import run_full_and_cut
+from tests.runtime.test_sync import run_full_and_cut, untimed_train_records
 
 
 def test_uninformative_groups_by_hand() -> None:
@@ -87,14 +87,7 @@ def test_a_resumed_run_skips_what_the_uninterrupted_one_does(tmp_path: Path) -> 
         ROOT / "configs/on_policy.yaml", tmp_path, *SKIP, "generation.prompts_per_step=8"
     )
 
-    def train_records(run: str) -> list[dict[str, object]]:
-        return [
-            {k: v for k, v in r.items() if "second" not in k and "wall" not in k and "mu" not in k}
-            for r in read_log(tmp_path / run)
-            if r["kind"] == "train"
-        ]
-
-    assert train_records("cut") == train_records("full")
-    assert train_records("full")[-1]["skip/skipped"] > 0
+    assert untimed_train_records(tmp_path / "cut") == untimed_train_records(tmp_path / "full")
+    assert untimed_train_records(tmp_path / "full")[-1]["skip/skipped"] > 0
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert "prompt_skip" in state

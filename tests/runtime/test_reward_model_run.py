@@ -14,7 +14,7 @@ from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.runtime.sync import SyncTrainer
 from llm_replay.tasks import SafeScorer
 from tests.conftest import ROOT, tiny_config
-from tests.runtime.test_sync import run_full_and_cut
+from tests.runtime.test_sync import run_full_and_cut, untimed_train_records
 from tests.tasks.test_reward_model import save_reward_model
 
 POSITIVE = ROOT / "configs/replay_positive.yaml"
@@ -66,15 +66,8 @@ def test_a_resumed_run_with_refreshes_logs_the_uninterrupted_one(
 ) -> None:
     run_full_and_cut(POSITIVE, tmp_path, *learned(rm_dir))
 
-    def train_records(run: str) -> list[dict[str, object]]:
-        return [
-            {k: v for k, v in r.items() if "second" not in k and "wall" not in k and "mu" not in k}
-            for r in read_log(tmp_path / run)
-            if r["kind"] == "train"
-        ]
-
-    assert train_records("cut") == train_records("full")
-    assert train_records("full")[-1]["reward_model/version"] == 2
+    assert untimed_train_records(tmp_path / "cut") == untimed_train_records(tmp_path / "full")
+    assert untimed_train_records(tmp_path / "full")[-1]["reward_model/version"] == 2
     state = json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())
     assert state["reward_model"]["version"] == 2 and state["reward_model"]["window"]
     assert (tmp_path / "cut" / "checkpoint" / "reward_model" / "model.safetensors").is_file()

@@ -90,6 +90,16 @@ def _train_metrics(run_dir: Path) -> list[dict[str, float]]:
     ]
 
 
+def untimed_train_records(run_dir: Path) -> list[dict[str, object]]:
+    """A run's training records less what depends on the clock (seconds, wall time, measured μ):
+    what a resumed run must log exactly as an uninterrupted one."""
+    return [
+        {k: v for k, v in r.items() if "second" not in k and "wall" not in k and "mu" not in k}
+        for r in read_log(run_dir)
+        if r["kind"] == "train"
+    ]
+
+
 def run_full_and_cut(path: Path, tmp_path: Path, *extra: str) -> None:
     """Six iterations in `tmp_path/full`; in `tmp_path/cut`, three, a checkpoint, a crash, and a
     resume to six (records the interrupted process wrote after its checkpoint must not

@@ -121,16 +121,12 @@ class Anneal(MethodOption[AnnealConfig]):
         self.entropy: float | None = None  # smoothed over rounds (half-life window / 2)
         self.pressed = dict.fromkeys(SIGNALS, 0)
         self.last = dict.fromkeys(SIGNALS, 0)
-        self.method: ReplayMethod[Any] | None = None
 
     @classmethod
     def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
         if not method.scales_replay:
             return "it has no replay scale to move toward on-policy"
         return None
-
-    def bind(self, method: ReplayMethod[Any]) -> None:
-        self.method = method
 
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
         signals = self.context.signals
@@ -146,7 +142,6 @@ class Anneal(MethodOption[AnnealConfig]):
                 self._press()
         if self.scale < OFF:
             self.scale = 0.0
-        assert self.method is not None, "bind() comes first"
         self.method.set_replay_scale(self.scale)
         return fresh
 
@@ -219,5 +214,5 @@ class Anneal(MethodOption[AnnealConfig]):
         self.entropy = None if state["entropy"] is None else float(state["entropy"])
         self.pressed = {k: int(state["pressed"][k]) for k in SIGNALS}
         self.last = {k: int(state["last"][k]) for k in SIGNALS}
-        if self.method is not None:
-            self.method.set_replay_scale(self.scale)
+        if self._method is not None:
+            self._method.set_replay_scale(self.scale)

@@ -366,6 +366,7 @@ class MethodOption(ABC, Generic[OptionT]):
             raise TypeError(f"settings = {settings!r}: expected {self.Config.__name__}")
         self.settings: OptionT = cast(OptionT, settings)
         self.context = context
+        self._method: ReplayMethod[Any] | None = None
 
     @classmethod
     def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
@@ -374,6 +375,14 @@ class MethodOption(ABC, Generic[OptionT]):
 
     def bind(self, method: ReplayMethod[Any]) -> None:
         """The method this option serves (the pipeline calls it once, after `refusal`)."""
+        self._method = method
+
+    @property
+    def method(self) -> ReplayMethod[Any]:
+        """The bound method (`bind` comes before any round)."""
+        if self._method is None:
+            raise RuntimeError(f"option {self.name!r}: bind() comes before the first round")
+        return self._method
 
     @abstractmethod
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:

@@ -57,16 +57,12 @@ class RetireMastered(MethodOption[RetireConfig]):
         super().__init__(settings, context)
         self.streak: dict[bytes, int] = {}
         self.removed = 0
-        self.method: ReplayMethod[Any] | None = None
 
     @classmethod
     def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
         if method.consumes_rollouts:
             return "it trains on each rollout once and replays nothing"
         return None
-
-    def bind(self, method: ReplayMethod[Any]) -> None:
-        self.method = method
 
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
         stats = self.context.signals.round
@@ -75,7 +71,6 @@ class RetireMastered(MethodOption[RetireConfig]):
                 self.streak[prompt] = self.streak.get(prompt, 0) + 1
             else:
                 self.streak.pop(prompt, None)
-        assert self.method is not None, "bind() comes first"
         table = self.method.table
         for prompt in self.retired():
             keys = table.keys_for_prompt(prompt)

@@ -84,7 +84,6 @@ class StaleRewards(MethodOption[StaleRewardsConfig]):
         self.stale = 0
         self.counts = dict.fromkeys(COUNTERS, 0)
         self.discount: float | None = None
-        self.method: ReplayMethod[Any] | None = None
 
     @classmethod
     def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
@@ -92,13 +91,9 @@ class StaleRewards(MethodOption[StaleRewardsConfig]):
             return "it trains on each rollout once, so no stored reward is ever reused"
         return None
 
-    def bind(self, method: ReplayMethod[Any]) -> None:
-        self.method = method
-
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
         if len(fresh):
             self.current = max(self.current, int(fresh.reward_versions.max()))
-        assert self.method is not None, "bind() comes first"
         table = self.method.table
         stale = table.keys_scored_before(self.current)
         self.stale = len(stale)
@@ -116,7 +111,6 @@ class StaleRewards(MethodOption[StaleRewardsConfig]):
                 "stale_rewards.policy = 'rescore': this run lends no reward model to re-score "
                 "with (task.reward = model in the sync runtime does)"
             )
-        assert self.method is not None
         table = self.method.table
         batch, found = table.get_batch(stale)
         keys = stale[found]
