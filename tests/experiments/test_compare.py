@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -477,3 +478,15 @@ def test_bad_extensions_are_refused(tmp_path: Path, spec: str, message: str) -> 
     )
     with pytest.raises(ConfigError, match=message):
         load_experiment(path)
+
+
+def test_a_methods_own_setting_wins_over_the_experiments(tmp_path: Path) -> None:
+    from llm_replay.experiments.compare import load_experiment, run_config
+
+    experiment = load_experiment(write_experiment(tmp_path))
+    # TINY_SET sets train.batch_size=16 for every method; uniform sets replay.capacity=64
+    widened = dataclasses.replace(
+        experiment.method("uniform"), overrides=("replay.capacity=64", "train.batch_size=32")
+    )
+    assert run_config(experiment, widened, 0).train.batch_size == 32
+    assert run_config(experiment, experiment.method("on_policy"), 0).train.batch_size == 16

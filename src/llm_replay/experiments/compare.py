@@ -1,6 +1,7 @@
 """`llm-replay compare`: methods × seeds on one task and model, same compute budget, one summary.
 
-An experiment file names the methods (a preset plus overrides each), the seeds, the budget on a
+An experiment file names the methods (a preset plus overrides each, applied after the experiment's
+own `set:`, so a method's override wins), the seeds, the budget on a
 chosen compute basis (`budget_basis`: measured seconds by default, or a cost basis such as `mu_5`),
 how often to evaluate on that basis (so every method is evaluated at the same compute points), the
 baseline and the bases to report compute on. Runs go one after another so they share the machine
@@ -277,8 +278,8 @@ def _check_seeds(key: str, seeds: Any) -> None:
 
 def run_config(experiment: Experiment, method: Method, seed: int) -> Any:
     overrides = [
-        *method.overrides,
         *experiment.overrides,
+        *method.overrides,  # a method's own setting wins over the experiment-wide one
         f"name={method.name}",
         f"train.seed={seed}",
         "train.iterations=1000000",
