@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm_replay.config import ConfigError
 from llm_replay.metrics import read_log
 from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.runtime.sync import SyncTrainer
 from llm_replay.tasks import SafeScorer
+from llm_replay.tasks.reward_model import ModelScorer, RewardModel
 from tests.conftest import ROOT, tiny_config
 from tests.runtime.test_sync import run_full_and_cut, untimed_train_records
 from tests.tasks.test_reward_model import save_reward_model
@@ -95,3 +97,24 @@ def test_stale_rewards_in_a_run_leave_only_the_current_models_rewards(
     if policy == "rescore":  # the re-scoring forwards are paid for
         fresh = 3 * config.generation.rollouts_per_step
         assert summary["counts"]["reward_calls"] > fresh
+
+
+def test_refresh_from_loads_the_listed_checkpoints_in_turn(tmp_path: Path, rm_dir: Path) -> None:
+    later = [save_reward_model(tmp_path / f"rm{i}", seed=i) for i in (1, 2)]
+    listed = "reward_model.refresh_from=[" + ",".join(str(p) for p in later) + "]"
+    base = (
+        "task.reward=model",
+        f"reward_model.path={rm_dir}",
+        "reward_model.refresh_every=1",
+    )
+    config = tiny_config(None, tmp_path / "run", "train.iterations=4", *base, listed)
+    trainer = SyncTrainer(config)
+    trainer.run()
+    train = [r for r in read_log(tmp_path / "run") if r["kind"] == "train"]
+    assert [r["reward_model/version"] for r in train] == [0, 1, 2, 2]  # then the list is spent
+    scorer = trainer.scorer
+    assert isinstance(scorer, ModelScorer)
+    expected = RewardModel(str(later[1])).score(["1+2="], ["3"])
+    np.testing.assert_allclose(scorer.model.score(["1+2="], ["3"]), expected, atol=1e-6)
+    with pytest.raises(ConfigError, match=r"reward_model\.refresh_from\[1\] = .*no such directory"):
+        tiny_config(None, tmp_path, *base, f"reward_model.refresh_from=[{later[0]},{tmp_path}/no]")

@@ -6,15 +6,16 @@ scoring the prompt text followed by the completion text. Its output passes throu
 score, as a Bradley–Terry preference model gives) and a rollout counts as a success for the
 replay methods when that reward reaches `success_threshold`. The task's verifier, where it has
 one, stays the evaluation metric. `refresh_every: K` retrains the model every K iterations on the
-table's recent rollouts labelled by the verifier (`tasks.reward_model`), as iterative RLHF does,
-so that stored rewards go stale (see the `stale_rewards` option).
+run's recent rollouts labelled by the verifier (`runtime.reward_refresh`), as iterative RLHF does,
+or, with `refresh_from: [DIR, ...]`, loads the next of those reward-model checkpoints (trained
+elsewhere) instead; either way stored rewards go stale (see the `stale_rewards` option).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm_replay.config.parse import ConfigError, check_positive
@@ -35,6 +36,7 @@ class RewardModelConfig:
     refresh_steps: int = 40
     refresh_batch: int = 64
     refresh_lr: float = 3e-4
+    refresh_from: list[str] = field(default_factory=list)  # checkpoints loaded in turn instead
 
     def check(self) -> None:
         if self.output not in OUTPUTS:
@@ -49,6 +51,13 @@ class RewardModelConfig:
         check_positive("refresh_every", self.refresh_every, zero_ok=True)
         if self.path is not None:
             check_reward_model_dir(self.path)
+        for index, path in enumerate(self.refresh_from):
+            try:
+                check_reward_model_dir(path)
+            except ConfigError as error:
+                raise ConfigError(str(error).replace("path", f"refresh_from[{index}]", 1)) from None
+        if self.refresh_from and not self.refresh_every:
+            raise ConfigError("refresh_from: set, but refresh_every = 0 never refreshes")
 
 
 def check_reward_model_dir(path: str) -> None:

@@ -14,6 +14,8 @@ mostly successes), which would teach the reward model a skewed picture. A retrai
 model's version; rollouts stored before it keep their old rewards and version, which is what the
 `stale_rewards` option acts on. Retraining is charged to the compute meter (`scoring` seconds,
 `reward_model_train_tokens`). The window and the retrained weights are part of a checkpoint.
+With `refresh_from`, a refresh loads the next listed checkpoint instead (a reward model retrained
+elsewhere, on human preferences say); loading is not charged.
 """
 
 from __future__ import annotations
@@ -68,12 +70,22 @@ class RewardModelRefresh:
         }
 
     def due(self, iteration: int) -> bool:
-        every = self.settings.refresh_every
-        return bool(every) and iteration > 0 and iteration % every == 0 and len(self.window) > 0
+        every, listed = self.settings.refresh_every, self.settings.refresh_from
+        if not every or iteration <= 0 or iteration % every:
+            return False
+        return self.refreshes < len(listed) if listed else len(self.window) > 0
 
     def refresh(self, meter: ComputeMeter) -> dict[str, float]:
-        """Retrain on the window now; the model's version goes up by one."""
+        """Retrain on the window now (or load the next `refresh_from` checkpoint); the model's
+        version goes up by one."""
         s = self.settings
+        if s.refresh_from:
+            from llm_replay.models.loading import resolve_model_path
+
+            path = resolve_model_path(s.refresh_from[self.refreshes])
+            self.model.load_weights(path, self.model.version + 1)
+            self.refreshes += 1
+            return {"reward_model/refreshes": float(self.refreshes)}
         prompts, completions, labels = zip(*self.window, strict=True)
         trained = self.model.tokens_trained
         with meter.time("scoring"):
