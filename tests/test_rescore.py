@@ -3,6 +3,8 @@ durable tables journal it, and the CLI scores with a config's task."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from llm_replay.data.rollout import RolloutBatch
 from llm_replay.models import build_char_tokenizer, encode_prompts
 from llm_replay.rescore import rescore_table
 from llm_replay.tasks import build_task
+from llm_replay.tasks.reward_model import RewardModel
 from tests.conftest import make_batch
 
 
@@ -130,3 +133,39 @@ def test_cli_rescores_with_the_configs_task(
     ]
     assert main(other) == 2
     assert "is not a problem of task 'spell_backward'" in capsys.readouterr().out
+
+
+def test_cli_rescores_with_the_configs_reward_model_and_bumps_the_version(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = load_config(None, ["task.train_size=20", "task.eval_size=5"])
+    task = build_task(config)
+    tok = build_char_tokenizer()
+    problems = list(task.train[:4])
+    prompts = encode_prompts(tok, [p.prompt for p in problems], "off")
+    answers = [p.answer if i % 2 == 0 else p.answer + "9" for i, p in enumerate(problems)]
+    batch = RolloutBatch.from_ragged(
+        prompt_ids=prompts,
+        completion_ids=[tok(a)["input_ids"] for a in answers],
+        behaviour_logprobs=[[-0.1] * len(tok(a)["input_ids"]) for a in answers],
+        rewards=np.zeros(4),
+        advantages=np.zeros(4),
+        group_ids=[0, 0, 1, 1],
+        policy_versions=[0] * 4,
+        reward_versions=[2, 2, 3, 3],
+    )
+    table = ReplayTable(16)
+    keys = table.insert(batch)
+    table.save(tmp_path / "saved")
+    sets = ["task.train_size=20", "task.eval_size=5", "task.reward=model"]
+    sets.append("reward_model.path=builtin:tiny-chain-sum-reward")
+    args = ["rescore", str(tmp_path / "saved"), "configs/on_policy.yaml"]
+    assert main([*args, *(x for s in sets for x in ("--set", s))]) == 0
+    assert "rescored 4 rollouts" in capsys.readouterr().out
+    stored = ReplayTable.read(tmp_path / "saved").get_batch(keys)[0]
+    expected = RewardModel("builtin:tiny-chain-sum-reward").score(
+        [p.prompt for p in problems], answers
+    )
+    np.testing.assert_allclose(stored.rewards, expected, atol=1e-6)
+    assert stored.reward_versions.tolist() == [4] * 4  # one above the newest stored
+    assert stored.correct.tolist() == (expected >= 0.5).astype(int).tolist()

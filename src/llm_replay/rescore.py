@@ -9,7 +9,10 @@ call (`ReplayTable.set_scores`; a prioritized table re-prioritises by the new |A
 
 `llm-replay rescore DIR CONFIG` does this for a saved or durable table with the config's task,
 tokenizer and reward limits: each rollout's prompt ids are matched to the task problem whose
-encoded prompt they are, its completion decoded and scored (time-limited, as in training).
+encoded prompt they are, its completion decoded and scored (time-limited, as in training). With
+`task.reward: model` the config's reward model scores the decoded prompt and completion instead,
+and every rescored rollout is stamped with a new reward version (one above the newest stored), so
+a run that resumes from the table sees them as scored by the current model.
 """
 
 from __future__ import annotations
@@ -47,9 +50,11 @@ def rescore_table(
     estimator: str = "grpo",
     correct_threshold: float = 1.0,
     chunk: int = 1024,
+    reward_version: int | None = None,
 ) -> RescoreReport:
     """New rewards from `reward_fn(sample) -> [len(sample)]` for every stored rollout, then new
-    group advantages (`estimator`) and correctness; all or nothing."""
+    group advantages (`estimator`) and correctness, and with `reward_version` that version on
+    every row; all or nothing."""
     keys = table.storage.keys_of(table.storage.live_in_order())
     old = np.empty(len(keys))
     new = np.empty(len(keys))
@@ -67,7 +72,8 @@ def rescore_table(
         groups[start:end] = sample.group_ids
     advantages = group_advantages(new, groups, estimator)
     correct = (new >= correct_threshold).astype(np.int64)
-    table.set_scores(keys, new, advantages, correct)
+    versions = None if reward_version is None else np.full(len(keys), reward_version, np.int64)
+    table.set_scores(keys, new, advantages, correct, reward_versions=versions)
     sizes = np.unique(groups, return_counts=True)[1] if len(groups) else np.zeros(0, np.int64)
     return RescoreReport(
         rollouts=len(keys),
@@ -95,6 +101,7 @@ def task_reward_fn(config: Any) -> RewardFn:
     encoded = encode_prompts(tokenizer, [p.prompt for p in problems], config.model.chat_template)
     by_prompt = {tuple(ids): p for ids, p in zip(encoded, problems, strict=True)}
     scorer = build_scorer(config, task)
+    learned = config.task.reward == "model"
 
     def reward_fn(sample: Sample) -> np.ndarray:
         completions: list[str] = []
@@ -110,7 +117,21 @@ def task_reward_fn(config: Any) -> RewardFn:
                 )
             matched.append(problem)
             completions.append(str(tokenizer.decode(ids[p : p + c], skip_special_tokens=True)))
-        return scorer.score(completions, matched)
+        if not learned:
+            return scorer.score(completions, matched)
+        prompts = [
+            str(
+                tokenizer.decode(
+                    sample.input_ids[i][: int(sample.prompt_lengths[i])], skip_special_tokens=True
+                )
+            )
+            for i in range(len(sample))
+        ]
+        failures = scorer.counts.failures
+        rewards = scorer.score(completions, matched, prompt_texts=prompts)
+        if scorer.counts.failures > failures:
+            raise RuntimeError("the reward model failed on some rollouts; nothing was written")
+        return rewards
 
     return reward_fn
 
@@ -124,15 +145,33 @@ def rescore_directory(path: str | Path, config: Any, *, dry_run: bool = False) -
     reward_fn = task_reward_fn(config)
     estimator = config.algorithm.advantage
     threshold = config.task.correct_threshold
+    version = None
+    if config.task.reward == "model":
+        threshold = config.reward_model.success_threshold
+        stored = ReplayTable.read(path)
+        live = stored.storage.live_slots()
+        version = int(stored.storage.reward_version[live].max(initial=-1)) + 1
     if dry_run or not is_durable_dir(path):
         table = ReplayTable.read(path)
-        report = rescore_table(table, reward_fn, estimator=estimator, correct_threshold=threshold)
+        report = rescore_table(
+            table,
+            reward_fn,
+            estimator=estimator,
+            correct_threshold=threshold,
+            reward_version=version,
+        )
         if not dry_run:
             table.save(path)
         return report
     arguments = table_arguments(ReplayTable.read(path).state()[0])
     table = ReplayTable.open(path, **arguments)
     try:
-        return rescore_table(table, reward_fn, estimator=estimator, correct_threshold=threshold)
+        return rescore_table(
+            table,
+            reward_fn,
+            estimator=estimator,
+            correct_threshold=threshold,
+            reward_version=version,
+        )
     finally:
         table.close()
