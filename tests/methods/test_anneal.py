@@ -11,7 +11,7 @@ import pytest
 from llm_replay.buffer import PositiveRetention, Sample
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods import METHODS, OPTIONS, MethodConfigError, MethodContext, ReplayPipeline
-from llm_replay.methods.anneal import AnnealConfig, reward_gain
+from llm_replay.methods.anneal import AnnealConfig, gain_and_error, reward_gain
 
 
 def fresh_round(round_: int, reward: float, nll: float = 1.0, rows: int = 8) -> RolloutBatch:
@@ -49,6 +49,30 @@ def test_reward_gain_by_hand() -> None:
     assert reward_gain([0.0, 1.0, 2.0]) == pytest.approx(2.0)
     assert reward_gain([0.2, 0.2, 0.2, 0.2]) == pytest.approx(0.0)
     assert reward_gain([0.0, 0.3, 0.0, 0.3]) == pytest.approx(0.18)  # slope 0.06 over 3 gaps
+
+
+def test_the_gains_standard_error_by_hand() -> None:
+    """[0, 0.2, 0.1]: slope 0.1 / 2 = 0.05, fitted 0.05, 0.1, 0.15, residuals −0.05, 0.1, −0.05,
+    σ² = 0.015 / (3 − 2), SE(slope) = √(0.015 / 2), both × 2 gaps."""
+    gain, error = gain_and_error([0.0, 0.2, 0.1])
+    assert gain == pytest.approx(0.1)
+    assert error == pytest.approx(2 * (0.015 / 2) ** 0.5)
+    assert gain_and_error([0.0, 1.0, 2.0]) == pytest.approx((2.0, 0.0))  # on the line
+    assert gain_and_error([0.4]) == (0.0, 0.0)
+
+
+def test_a_one_sided_plateau_test_does_not_press_on_noise() -> None:
+    """Rewards that zig-zag around a small rise: the point estimate is below min_gain = 0.1, so
+    the plain reading presses; its upper bound (z = 1.64) is not, so the test does not."""
+    rewards = [0.5, 0.6, 0.45, 0.62, 0.5, 0.58]  # windows of 4: gains < 0.1, errors ~0.1
+    plain = pipeline(window=4, start=0.0, rate=0.1, min_gain=0.1)
+    tested = pipeline(window=4, start=0.0, rate=0.1, min_gain=0.1, plateau_z=1.64)
+    for round_, reward in enumerate(rewards):
+        run_round(plain, round_, reward)
+        run_round(tested, round_, reward)
+    assert plain.metrics()["anneal/pressed_plateau"] >= 1
+    assert tested.metrics()["anneal/pressed_plateau"] == 0
+    assert tested.metrics()["anneal/scale"] == 1.0
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,11 @@ Two modes:
   - *entropy*: the fresh rounds' entropy (behaviour-policy NLL of the sampled tokens, smoothed
     over rounds) is below `entropy_floor` × its starting value: replay is collapsing diversity;
   - *plateau*: the fresh reward's least-squares gain over the last `window` rounds is below
-    `min_gain`: replay is no longer buying progress;
+    `min_gain`: replay is no longer buying progress. With `plateau_z` > 0 the reading is a
+    one-sided test: it presses only when the gain's upper bound, gain + `plateau_z` × its
+    standard error (from the line's residuals), is below `min_gain`, so a run still gaining
+    does not press on round-to-round noise (on chain_sum the fitted gain's noise, ±0.02 at 256
+    rollouts a round, is twice the default `min_gain`);
   - *m2*: M2PO's second moment of the log importance ratio, over the stale rows (the trained
     batch's moment divided by its stale share), is above `m2_max` (M2PO, arXiv 2510.01161, keeps
     it under 0.04): the replayed rows are too far off-policy to help;
@@ -76,6 +80,9 @@ class AnnealConfig(OptionConfig):
     window: int = knob(40, "signals: rounds over which the fresh reward's gain is fitted")
     entropy_floor: float = knob(0.5, "signals: fresh entropy below this × its start presses")
     min_gain: float = knob(0.01, "signals: fresh reward gain over the window below this presses")
+    plateau_z: float = knob(
+        0.0, "signals: press on the plateau only if gain + plateau_z × its std. error < min_gain"
+    )
     m2_max: float = knob(0.04, "signals: log-ratio second moment on stale rows above this presses")
     clip_max: float | None = knob(None, "signals: clipped-token fraction above this presses")
 
@@ -91,6 +98,7 @@ class AnnealConfig(OptionConfig):
         if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 3:
             raise MethodConfigError(f"window = {self.window!r}: must be an integer >= 3")
         positive("min_gain", self.min_gain, zero_ok=True)
+        positive("plateau_z", self.plateau_z, zero_ok=True)
         positive("m2_max", self.m2_max)
         if self.clip_max is not None:
             positive("clip_max", self.clip_max)
@@ -98,9 +106,24 @@ class AnnealConfig(OptionConfig):
 
 def reward_gain(rewards: list[float]) -> float:
     """The least-squares line through `rewards` (one per round), as its rise over the window."""
-    x = np.arange(len(rewards), dtype=np.float64)
-    slope = np.polyfit(x, np.asarray(rewards, dtype=np.float64), 1)[0]
-    return float(slope * (len(rewards) - 1))
+    return gain_and_error(rewards)[0]
+
+
+def gain_and_error(rewards: list[float]) -> tuple[float, float]:
+    """(the least-squares rise over the window, its standard error from the residuals; both 0
+    below two rounds, the error 0 below three)."""
+    y = np.asarray(rewards, dtype=np.float64)
+    n = len(y)
+    if n < 2:
+        return 0.0, 0.0
+    x = np.arange(n, dtype=np.float64) - (n - 1) / 2
+    spread = float((x * x).sum())
+    slope = float((x * (y - y.mean())).sum() / spread)
+    if n < 3:
+        return slope * (n - 1), 0.0
+    residuals = y - y.mean() - slope * x
+    error = math.sqrt(float((residuals**2).sum()) / (n - 2) / spread)
+    return slope * (n - 1), error * (n - 1)
 
 
 @register_option
@@ -172,7 +195,10 @@ class Anneal(MethodOption[AnnealConfig]):
             and start > 0
             and self.entropy < s.entropy_floor * start
         )
-        plateau = len(self.rewards) == s.window and reward_gain(list(self.rewards)) < s.min_gain
+        plateau = False
+        if len(self.rewards) == s.window:
+            gain, error = gain_and_error(list(self.rewards))
+            plateau = gain + s.plateau_z * error < s.min_gain
         m2, stale = signals.mean("log_ratio_m2"), signals.mean("stale_fraction")
         drift = m2 is not None and stale is not None and stale > STALE_MIN and m2 / stale > s.m2_max
         clip = signals.mean("clip_fraction")
