@@ -188,3 +188,28 @@ def test_worst_margin_is_the_least_distance_above_the_baselines_seed_floor(tmp_p
     summary = compare_methods({"base": base, "above": above}, baseline="base", bases=["mu_5"])
     assert summary["methods"]["above"]["worst_margin_mu_5"] == pytest.approx(5.0)
     assert summary["methods"]["base"]["worst_margin_mu_5"] == pytest.approx(2.0)
+
+
+def test_reward_model_columns_from_the_logs(tmp_path: Path) -> None:
+    from llm_replay.experiments.comparison_table import reward_model_lines
+
+    logger = MetricsLogger(tmp_path / "rm")
+    for i in range(5):
+        logger.log({"kind": "train", "iteration": i, "reward/correct_rate": 0.1 * i,
+                    "reward/verifier_correct_rate": 0.2})  # fmt: skip
+    logger.log({
+        "kind": "eval", "iteration": 5, "steps": 5, "eval/accuracy": 0.3,
+        "compute/seconds": 1.0, "compute/rollouts_generated": 10, "compute/tokens_generated": 100,
+        "compute/completion_tokens_trained": 300, "compute/reward_model_cost": 200.0,
+    })  # fmt: skip
+    logger.close()
+    run = RunCurves.load(tmp_path / "rm")
+    assert run.reward_model_share() == pytest.approx(200 / (100 * 5 + 300 + 200))
+    assert run.mean_train("reward/correct_rate", last=0.2) == pytest.approx(0.4)
+    plain = fake_run(tmp_path / "plain", [0.3], 1.0, 100, 300)
+    assert plain.reward_model_share() is None
+    summary = {"methods": {"rm": {"reward_model_share_mu_5": 0.2, "reward_model_success_late": 0.4,
+                                  "verifier_correct_late": 0.2}, "plain": {}}}  # fmt: skip
+    lines = reward_model_lines(summary)
+    assert lines[-1] == "| rm | 20.0% | 40.0% | 20.0% | +0.200 |" and len(lines) == 4
+    assert reward_model_lines({"methods": {"plain": {}}}) == []

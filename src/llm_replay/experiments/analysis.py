@@ -132,9 +132,18 @@ class RunCurves:
         trained = float(last.get("compute/completion_tokens_trained") or 0.0)
         return trained / generated if generated > 0 else float("nan")
 
-    def mean_train(self, key: str) -> float | None:
+    def mean_train(self, key: str, last: float = 1.0) -> float | None:
+        """The mean of `key` over the training records (over the last `last` share of them)."""
         values = [float(r[key]) for r in self.train_records if r.get(key) is not None]
+        values = values[int(len(values) * (1.0 - last)) :]
         return float(np.mean(values)) if values else None
+
+    def reward_model_share(self) -> float | None:
+        """The learned reward model's share of the run's μ = 5 cost at its end (None without
+        one)."""
+        last = self.records[-1]
+        cost = last.get("compute/reward_model_cost")
+        return None if cost is None else float(cost) / cost_on_basis("mu_5", last)
 
 
 def median_or_none(values: Sequence[float | None]) -> float | None:
@@ -261,6 +270,7 @@ def compare_methods(
             ),
             "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
             "worst_margin_mu_5": worst_margin(curves, runs[baseline], "mu_5"),
+            **_reward_model_columns(curves),
             "saturation_mu_5": _saturation([c.saturation("mu_5") for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
             "compute_to_target_ratio": ratio,
@@ -275,6 +285,23 @@ def compare_methods(
         "target_accuracy_per_seed": [float(t) for t in target_of.values()],
         "baseline_compute": {b: median_or_none(list(v.values())) for b, v in cost_of.items()},
         "methods": methods,
+    }
+
+
+def _reward_model_columns(curves: Sequence[RunCurves]) -> dict[str, Any]:
+    """With a learned reward model: its share of the μ = 5 cost, and over the last fifth of the
+    run its success rate on fresh rollouts and the verifier's (medians over seeds)."""
+    shares = [c.reward_model_share() for c in curves]
+    if all(s is None for s in shares):
+        return {}
+    return {
+        "reward_model_share_mu_5": median_or_none(shares),
+        "reward_model_success_late": median_or_none(
+            [c.mean_train("reward/correct_rate", last=0.2) for c in curves]
+        ),
+        "verifier_correct_late": median_or_none(
+            [c.mean_train("reward/verifier_correct_rate", last=0.2) for c in curves]
+        ),
     }
 
 

@@ -163,6 +163,7 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
             ),
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    lines += reward_model_lines(summary)
     note = plateau_note(summary)
     if note is not None:
         lines.append(f"\n{note}")
@@ -170,3 +171,30 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
     if missing:
         lines.append(f"\nNot finished yet ({len(missing)}): " + ", ".join(missing))
     return "\n".join(lines)
+
+
+def reward_model_lines(summary: dict[str, Any]) -> list[str]:
+    """With a learned reward model, a second table: what it cost, and what it and the verifier
+    said of the fresh rollouts over the last fifth of the run (their difference: reward hacking
+    where positive)."""
+    rows = {n: m for n, m in summary["methods"].items() if "reward_model_share_mu_5" in m}
+    if not rows:
+        return []
+
+    def cell(value: float | None, percent: bool = True) -> str:
+        return "—" if value is None else (f"{100 * value:.1f}%" if percent else f"{value:+.3f}")
+
+    lines = [
+        "",
+        "| method | reward model share of μ5 cost | reward-model success, last fifth | "
+        "verifier correct, last fifth | difference |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in rows.items():
+        success, verified = m["reward_model_success_late"], m["verifier_correct_late"]
+        gap = None if success is None or verified is None else success - verified
+        lines.append(
+            f"| {name} | {cell(m['reward_model_share_mu_5'])} | {cell(success)} | "
+            f"{cell(verified)} | {cell(gap, percent=False)} |"
+        )
+    return lines
