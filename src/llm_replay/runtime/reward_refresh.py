@@ -31,12 +31,15 @@ from llm_replay.config.reward_model import RewardModelConfig
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.metrics import ComputeMeter
 from llm_replay.tasks import Problem, SafeScorer
-from llm_replay.tasks.reward_model import ModelScorer
+from llm_replay.tasks.reward_model import ModelScorer, RewardModel
 
 WEIGHTS_DIR = "reward_model"
 
 
 class RewardModelRefresh:
+    """The sync loop's reward-model bookkeeping (module docstring): `observe` each fresh round,
+    `refresh` when `due`."""
+
     def __init__(
         self,
         settings: RewardModelConfig,
@@ -52,7 +55,7 @@ class RewardModelRefresh:
         self.refreshes = 0
 
     @property
-    def model(self) -> Any:
+    def model(self) -> RewardModel:
         return self.scorer.model
 
     def observe(self, batch: RolloutBatch, problems: Sequence[Problem]) -> dict[str, float]:
