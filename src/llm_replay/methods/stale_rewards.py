@@ -114,9 +114,9 @@ class StaleRewards(MethodOption[StaleRewardsConfig]):
         table = self.method.table
         batch, found = table.get_batch(stale)
         keys = stale[found]
-        groups, first = np.unique(batch.group_ids, return_index=True)
-        order = groups[np.argsort(first)]  # oldest group first
-        sizes = np.array([(batch.group_ids == g).sum() for g in order])
+        groups, first, sizes = np.unique(batch.group_ids, return_index=True, return_counts=True)
+        oldest_first = np.argsort(first)  # the stale keys come in insertion order
+        order, sizes = groups[oldest_first], sizes[oldest_first]
         take = max(1, int(np.searchsorted(np.cumsum(sizes), self.settings.budget, side="right")))
         rows = np.flatnonzero(np.isin(batch.group_ids, order[:take]))
         chosen = batch.select(rows)
