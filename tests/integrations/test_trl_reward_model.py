@@ -55,3 +55,17 @@ def test_a_reward_model_in_reward_funcs_replays_with_its_version(tmp_path: Path)
     assert any(h.get("replay/stale_rewards/evicted", 0) > 0 for h in trainer.state.log_history)
     with pytest.raises(ValueError, match="never goes back"):
         trainer.set_reward_version(0)
+
+
+def test_rescoring_is_refused_by_name_without_a_reward_model_of_its_own(tmp_path: Path) -> None:
+    knobs = {"capacity": 64, "stale_rewards": {"enabled": True, "policy": "rescore"}}
+    config = ReplayGRPOConfig(**settings(tmp_path), replay_method="uniform", replay_knobs=knobs)
+    model, tokenizer = load_policy("builtin:tiny-chain-sum", device="cpu", dtype="float32")
+    with pytest.raises(ValueError, match=r"replay_knobs\.stale_rewards\.policy = 'rescore'"):
+        ReplayGRPOTrainer(
+            model=model,
+            reward_funcs=lambda completions, **_: [0.0] * len(completions),
+            args=config,
+            train_dataset=DATASET,
+            processing_class=tokenizer,
+        )

@@ -84,6 +84,13 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 "between phases, which ReplayGRPOTrainer does not do; collect its pool in a native "
                 "run and pass replay_knobs.pool_path (phase I is then skipped)"
             )
+        stale = a.replay.options.get("stale_rewards")
+        if stale is not None and stale.enabled and getattr(stale, "policy", None) == "rescore":
+            raise ValueError(
+                "replay_knobs.stale_rewards.policy = 'rescore': ReplayGRPOTrainer has no reward "
+                "model of its own to re-score with; use 'evict' or 'discount' with "
+                "set_reward_version"
+            )
         if a.replay.init_from is not None:  # replay_knobs: {"init_from": DIR}
             self.pipeline.preload(ReplayTable.read(a.replay.init_from))
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
