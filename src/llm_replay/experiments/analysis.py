@@ -311,10 +311,12 @@ def worst_margin(
     """The least, over 80 equal-compute points from `after` of the reference's budget to its
     end, of this method's median accuracy minus the floor of the reference's seed band, in
     points: >= 0 means never below the reference beyond its seed interval there (what
-    `delta_vs_compute.png` draws)."""
+    `delta_vs_compute.png` draws). Points before every reference seed's first evaluation after
+    the start are left out: there every run still reads its base accuracy."""
     end = min(float(r.compute(basis)[-1]) for r in reference)
+    first = max((float(r.compute(basis)[1]) for r in reference if len(r.records) > 1), default=0)
     grid = np.linspace(end / 80, end, 80)
-    grid = grid[grid >= after * end]
+    grid = grid[grid >= max(after * end, first)]
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         floor = np.nanmin(on_grid(reference, "accuracy", basis, grid), axis=0)
