@@ -94,6 +94,8 @@ def test_the_reward_model_and_the_reward_go_together(tmp_path: Path, rm_dir: Pat
         tiny_config(
             None, tmp_path, "task.reward=model", f"reward_model.path={rm_dir}", "runtime=threaded"
         )
+    with pytest.raises(ConfigError, match=r"reward_model\.device = 'tpu'"):
+        tiny_config(None, tmp_path, "reward_model.device=tpu")
     with pytest.raises(ConfigError, match=r"reward_model\.output = 'softmax'"):
         tiny_config(None, tmp_path, "reward_model.output=softmax")
 

@@ -28,6 +28,7 @@ class RewardModelConfig:
     path: str | None = None
     output: str = "sigmoid"
     success_threshold: float = 0.5
+    device: str | None = None  # where it runs; None: the policy's device (model.device)
     batch_size: int = 64
     max_length: int = 256
     timeout_s: float = 60.0  # one batch's forward
@@ -39,6 +40,10 @@ class RewardModelConfig:
     refresh_from: list[str] = field(default_factory=list)  # checkpoints loaded in turn instead
 
     def check(self) -> None:
+        if self.device is not None and not (
+            self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")
+        ):
+            raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
         if self.output not in OUTPUTS:
             raise ConfigError(f"output = {self.output!r}: choose one of {OUTPUTS}")
         if not math.isfinite(self.success_threshold):

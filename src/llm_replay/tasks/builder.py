@@ -60,7 +60,7 @@ def build_scorer(config: Config, task: Task) -> SafeScorer | ModelScorer:
         model = RewardModel(
             r.path,
             output=r.output,
-            device=config.model.device,
+            device=r.device or config.model.device,
             batch_size=r.batch_size,
             max_length=r.max_length,
         )
