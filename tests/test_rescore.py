@@ -4,6 +4,7 @@ durable tables journal it, and the CLI scores with a config's task."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -77,11 +78,12 @@ def test_prioritized_draws_follow_the_new_advantages_and_durable_tables_keep_the
     np.testing.assert_array_equal(reopened.get(keys)[0].rewards, rewards)
 
 
-def test_cli_rescores_with_the_configs_task(
-    tmp_path: object, capsys: pytest.CaptureFixture[str]
-) -> None:
-    config = load_config(None, ["task.train_size=20", "task.eval_size=5"])
-    task = build_task(config)
+def answered_rollouts(
+    reward_versions: list[int] | None = None,
+) -> tuple[list[Any], list[str], RolloutBatch]:
+    """Four train problems of the default task answered right, wrong, right, wrong (two groups),
+    stored with reward 0: (problems, answers, batch)."""
+    task = build_task(load_config(None, ["task.train_size=20", "task.eval_size=5"]))
     tok = build_char_tokenizer()
     problems = list(task.train[:4])
     prompts = encode_prompts(tok, [p.prompt for p in problems], "off")
@@ -94,7 +96,15 @@ def test_cli_rescores_with_the_configs_task(
         advantages=np.zeros(4),
         group_ids=[0, 0, 1, 1],
         policy_versions=[0] * 4,
+        reward_versions=reward_versions,
     )
+    return problems, answers, batch
+
+
+def test_cli_rescores_with_the_configs_task(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batch = answered_rollouts()[2]
     table = ReplayTable(16)
     keys = table.insert(batch)
     saved = tmp_path / "saved"  # type: ignore[operator]
@@ -138,22 +148,7 @@ def test_cli_rescores_with_the_configs_task(
 def test_cli_rescores_with_the_configs_reward_model_and_bumps_the_version(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = load_config(None, ["task.train_size=20", "task.eval_size=5"])
-    task = build_task(config)
-    tok = build_char_tokenizer()
-    problems = list(task.train[:4])
-    prompts = encode_prompts(tok, [p.prompt for p in problems], "off")
-    answers = [p.answer if i % 2 == 0 else p.answer + "9" for i, p in enumerate(problems)]
-    batch = RolloutBatch.from_ragged(
-        prompt_ids=prompts,
-        completion_ids=[tok(a)["input_ids"] for a in answers],
-        behaviour_logprobs=[[-0.1] * len(tok(a)["input_ids"]) for a in answers],
-        rewards=np.zeros(4),
-        advantages=np.zeros(4),
-        group_ids=[0, 0, 1, 1],
-        policy_versions=[0] * 4,
-        reward_versions=[2, 2, 3, 3],
-    )
+    problems, answers, batch = answered_rollouts(reward_versions=[2, 2, 3, 3])
     table = ReplayTable(16)
     keys = table.insert(batch)
     table.save(tmp_path / "saved")
