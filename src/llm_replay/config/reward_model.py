@@ -57,36 +57,33 @@ class RewardModelConfig:
         if self.path is not None:
             check_reward_model_dir(self.path)
         for index, path in enumerate(self.refresh_from):
-            try:
-                check_reward_model_dir(path)
-            except ConfigError as error:
-                raise ConfigError(str(error).replace("path", f"refresh_from[{index}]", 1)) from None
+            check_reward_model_dir(path, f"refresh_from[{index}]")
         if self.refresh_from and not self.refresh_every:
             raise ConfigError("refresh_from: set, but refresh_every = 0 never refreshes")
 
 
-def check_reward_model_dir(path: str) -> None:
-    """A one-line error naming `path` unless it holds a one-output sequence classifier."""
+def check_reward_model_dir(path: str, field: str = "path") -> None:
+    """A one-line error naming `field` unless `path` holds a one-output sequence classifier."""
     from llm_replay.models.loading import ModelLoadError, resolve_model_path
 
     try:
-        directory = resolve_model_path(path)
+        directory = resolve_model_path(path, field)
     except ModelLoadError as error:
-        raise ConfigError(str(error).replace("model.path = ", "path = ", 1)) from None
+        raise ConfigError(str(error)) from None
     try:
         config = json.loads((Path(directory) / "config.json").read_text())
     except (OSError, ValueError) as error:
-        raise ConfigError(f"path = {path!r}: unreadable config.json ({error})") from None
+        raise ConfigError(f"{field} = {path!r}: unreadable config.json ({error})") from None
     architectures = config.get("architectures") or []
     if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
         raise ConfigError(
-            f"path = {path!r}: not a sequence classifier (architectures {architectures}); a "
+            f"{field} = {path!r}: not a sequence classifier (architectures {architectures}); a "
             "reward model is saved from an AutoModelForSequenceClassification"
         )
     labels = config.get("num_labels") or len(config.get("id2label") or {}) or 2
     if labels != 1:
         raise ConfigError(
-            f"path = {path!r}: the classifier has {labels} labels; a reward model has one output "
+            f"{field} = {path!r}: the classifier has {labels} labels; a reward model has one output "
             "(num_labels=1)"
         )
 

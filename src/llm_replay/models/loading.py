@@ -20,8 +20,9 @@ class ModelLoadError(ValueError):
     """The model path does not exist or does not hold a loadable model."""
 
 
-def resolve_model_path(path: str) -> Path:
-    """`builtin:NAME` → the shipped asset; anything else must be an existing local directory."""
+def resolve_model_path(path: str, field: str = "model.path") -> Path:
+    """`builtin:NAME` → the shipped asset; anything else must be an existing local directory.
+    Errors name `field`, the setting the path came from."""
     if path.startswith(BUILTIN):
         name = path[len(BUILTIN) :]
         resolved = ASSETS / name
@@ -29,15 +30,13 @@ def resolve_model_path(path: str) -> Path:
             shipped = (
                 sorted(p.name for p in ASSETS.iterdir() if p.is_dir()) if ASSETS.is_dir() else []
             )
-            raise ModelLoadError(
-                f"model.path = {path!r}: no built-in model {name!r} (have {shipped})"
-            )
+            raise ModelLoadError(f"{field} = {path!r}: no built-in model {name!r} (have {shipped})")
         return resolved
     resolved = Path(path).expanduser()
     if not resolved.is_dir():
-        raise ModelLoadError(f"model.path = {path!r}: no such directory")
+        raise ModelLoadError(f"{field} = {path!r}: no such directory")
     if not (resolved / "config.json").is_file():
-        raise ModelLoadError(f"model.path = {path!r}: no config.json there (not a saved model)")
+        raise ModelLoadError(f"{field} = {path!r}: no config.json there (not a saved model)")
     return resolved
 
 

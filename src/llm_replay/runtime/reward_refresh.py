@@ -85,7 +85,8 @@ class RewardModelRefresh:
         if s.refresh_from:
             from llm_replay.models.loading import resolve_model_path
 
-            path = resolve_model_path(s.refresh_from[self.refreshes])
+            field = f"reward_model.refresh_from[{self.refreshes}]"
+            path = resolve_model_path(s.refresh_from[self.refreshes], field)
             self.model.load_weights(path, self.model.version + 1)
             self.refreshes += 1
             return {"reward_model/refreshes": float(self.refreshes)}

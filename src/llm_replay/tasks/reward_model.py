@@ -50,7 +50,7 @@ class RewardModel:
 
         if output not in ("sigmoid", "logit"):
             raise ValueError(f"reward_model.output = {output!r}: choose sigmoid or logit")
-        directory = _resolve(path)
+        directory = resolve_model_path(path, FIELD)
         try:
             tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
             model = AutoModelForSequenceClassification.from_pretrained(
@@ -188,13 +188,6 @@ class RewardModel:
                 f"{directory}: not this reward model's weights ({first})"
             ) from None
         self.version = int(version)
-
-
-def _resolve(path: str) -> Path:
-    try:
-        return resolve_model_path(path)
-    except ModelLoadError as error:
-        raise ModelLoadError(str(error).replace("model.path", FIELD, 1)) from None
 
 
 class ModelScorer:
