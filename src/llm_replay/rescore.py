@@ -92,6 +92,7 @@ def task_reward_fn(config: Any) -> RewardFn:
     from llm_replay.models import encode_prompts
     from llm_replay.models.loading import resolve_model_path
     from llm_replay.tasks import build_scorer, build_task
+    from llm_replay.tasks.reward_model import ModelScorer
 
     task = build_task(config)
     tokenizer = AutoTokenizer.from_pretrained(
@@ -101,7 +102,6 @@ def task_reward_fn(config: Any) -> RewardFn:
     encoded = encode_prompts(tokenizer, [p.prompt for p in problems], config.model.chat_template)
     by_prompt = {tuple(ids): p for ids, p in zip(encoded, problems, strict=True)}
     scorer = build_scorer(config, task)
-    learned = config.task.reward == "model"
 
     def reward_fn(sample: Sample) -> np.ndarray:
         completions: list[str] = []
@@ -117,21 +117,9 @@ def task_reward_fn(config: Any) -> RewardFn:
                 )
             matched.append(problem)
             completions.append(str(tokenizer.decode(ids[p : p + c], skip_special_tokens=True)))
-        if not learned:
-            return scorer.score(completions, matched)
-        prompts = [
-            str(
-                tokenizer.decode(
-                    sample.input_ids[i][: int(sample.prompt_lengths[i])], skip_special_tokens=True
-                )
-            )
-            for i in range(len(sample))
-        ]
-        failures = scorer.counts.failures
-        rewards = scorer.score(completions, matched, prompt_texts=prompts)
-        if scorer.counts.failures > failures:
-            raise RuntimeError("the reward model failed on some rollouts; nothing was written")
-        return rewards
+        if isinstance(scorer, ModelScorer):
+            return scorer.score_rows(tokenizer, sample.to_batch())
+        return scorer.score(completions, matched)
 
     return reward_fn
 

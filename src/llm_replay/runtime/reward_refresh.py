@@ -31,7 +31,7 @@ from llm_replay.config.reward_model import RewardModelConfig
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.metrics import ComputeMeter
 from llm_replay.tasks import Problem, SafeScorer
-from llm_replay.tasks.reward_model import ModelScorer, RewardModel
+from llm_replay.tasks.reward_model import ModelScorer, RewardModel, decode_rows
 
 WEIGHTS_DIR = "reward_model"
 
@@ -130,24 +130,6 @@ class RewardModelRefresh:
         self.window.extend((str(p), str(c), int(label)) for p, c, label in state["window"])
 
 
-def decode_rows(tokenizer: Any, batch: RolloutBatch) -> tuple[list[str], list[str]]:
-    """Each row's prompt and completion as text (special tokens dropped), as generation saw them."""
-    p_end = np.cumsum(batch.prompt_lengths)
-    c_end = np.cumsum(batch.completion_lengths)
-    prompts = [
-        batch.prompt_ids[e - n : e].tolist()
-        for e, n in zip(p_end, batch.prompt_lengths, strict=True)
-    ]
-    completions = [
-        batch.completion_ids[e - n : e].tolist()
-        for e, n in zip(c_end, batch.completion_lengths, strict=True)
-    ]
-    return (
-        list(tokenizer.batch_decode(prompts, skip_special_tokens=True)),
-        list(tokenizer.batch_decode(completions, skip_special_tokens=True)),
-    )
-
-
 class RunRewardModel:
     """The run's reward model lent to methods (`methods.base.StoredRewards`): re-scores stored
     rollouts, charging the forwards to the run's meter; raises if any of them fails."""
@@ -167,16 +149,12 @@ class RunRewardModel:
         return self._threshold
 
     def rescore(self, batch: RolloutBatch) -> np.ndarray:
-        prompts, completions = decode_rows(self.tokenizer, batch)
-        failures, tokens = self.scorer.counts.failures, self.scorer.model_tokens
-        with self.meter.time("scoring"):
-            rewards = self.scorer.score(
-                completions, [Problem(p, "") for p in prompts], prompt_texts=prompts
+        calls, tokens = self.scorer.counts.calls, self.scorer.model_tokens
+        try:
+            with self.meter.time("scoring"):
+                return self.scorer.score_rows(self.tokenizer, batch)
+        finally:
+            self.meter.add(
+                reward_calls=self.scorer.counts.calls - calls,
+                reward_model_tokens=self.scorer.model_tokens - tokens,
             )
-        self.meter.add(
-            reward_calls=len(batch), reward_model_tokens=self.scorer.model_tokens - tokens
-        )
-        failed = self.scorer.counts.failures - failures
-        if failed:
-            raise RuntimeError(f"the reward model failed on {failed} of {len(batch)} rollouts")
-        return rewards

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.data.rollout import RolloutBatch
 from llm_replay.models.loading import ModelLoadError, resolve_model_path
 from llm_replay.tasks.base import Problem, Task
 from llm_replay.tasks.rewards import RewardCounts
@@ -244,9 +245,38 @@ class ModelScorer:
                 self._fail(start, end, rewards, f"{type(error).__name__}: {error}")
         return rewards
 
+    def score_rows(self, tokenizer: Any, batch: RolloutBatch) -> np.ndarray:
+        """Rewards for stored rows (decoded with the policy's `tokenizer`), all or nothing: raises
+        if the model failed on any of them, so a caller re-scoring a table writes nothing."""
+        prompts, completions = decode_rows(tokenizer, batch)
+        failures = self.counts.failures
+        rewards = self.score(completions, [Problem(p, "") for p in prompts], prompt_texts=prompts)
+        failed = self.counts.failures - failures
+        if failed:
+            raise RuntimeError(f"the reward model failed on {failed} of {len(batch)} rollouts")
+        return rewards
+
     def _fail(self, start: int, end: int, rewards: np.ndarray, why: str) -> None:
         rewards[start:end] = self.failure_reward
         log.warning("reward model failed on rollouts %d-%d: %s", start, end - 1, why)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def decode_rows(tokenizer: Any, batch: RolloutBatch) -> tuple[list[str], list[str]]:
+    """Each row's prompt and completion as text (special tokens dropped), as generation saw them."""
+    p_end = np.cumsum(batch.prompt_lengths)
+    c_end = np.cumsum(batch.completion_lengths)
+    prompts = [
+        batch.prompt_ids[e - n : e].tolist()
+        for e, n in zip(p_end, batch.prompt_lengths, strict=True)
+    ]
+    completions = [
+        batch.completion_ids[e - n : e].tolist()
+        for e, n in zip(c_end, batch.completion_lengths, strict=True)
+    ]
+    return (
+        list(tokenizer.batch_decode(prompts, skip_special_tokens=True)),
+        list(tokenizer.batch_decode(completions, skip_special_tokens=True)),
+    )
