@@ -4,14 +4,30 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
+# verl pins transformers and tensordict versions the main environment cannot share: its own venv
+VERL_VENV  := .venv-verl
+VERL_PY    := $(VERL_VENV)/bin/python
+VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: verl-env verl-test demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[train,dev,bench,ray,trl,fast]'
 	touch $(STAMP)
+
+$(VERL_STAMP): pyproject.toml
+	test -x $(VERL_PY) || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(VERL_PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[verl]'
+	touch $(VERL_STAMP)
+
+verl-env: $(VERL_STAMP)
+
+# the verl sampler, losses and plugin against a real TransferQueue on a local Ray (CPU)
+verl-test: $(VERL_STAMP)
+	RAY_AUTH_MODE=disabled $(VERL_PY) -m pytest -q -p no:cacheprovider tests/integrations/verl_v1
 
 demo: $(STAMP)
 	$(VENV)/bin/llm-replay demo --out runs/demo
@@ -21,8 +37,12 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks examples scripts
 	$(PY) -m mypy
 
-test: lint
+# both environments install side by side (pip mostly waits on disk), then the suites run in turn
+test:
+	$(MAKE) --no-print-directory -j2 $(STAMP) $(VERL_STAMP)
+	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory verl-test
 
 experiment: $(STAMP)
 	$(VENV)/bin/llm-replay compare configs/experiment.yaml
@@ -62,4 +82,4 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix src tests benchmarks examples scripts
 
 clean:
-	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(VERL_VENV) build dist .mypy_cache .ruff_cache .pytest_cache .hypothesis

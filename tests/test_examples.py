@@ -41,3 +41,19 @@ def test_trl_replay_example_runs() -> None:
     stdout = _run_example("trl_replay.py", "--steps", "4")
     assert re.search(r"reward \d\.\d+ -> \d\.\d+ over 4 steps", stdout)
     assert "2 generation rounds, 512 rollouts generated, 1024 trained, buffer 512" in stdout
+
+
+def test_verl_example_data_is_verls_schema_and_the_model_reads_raw_text(tmp_path: Path) -> None:
+    """examples/verl/prepare.py: parquet as verl's RLHFDataset reads it, and the model copy's chat
+    template gives back the prompt as the model was trained on it."""
+    import pyarrow.parquet as pq
+    from transformers import AutoTokenizer
+
+    _run_example("verl/prepare.py", "--out", str(tmp_path))
+    table = pq.read_table(tmp_path / "val.parquet").to_pylist()
+    first = table[0]
+    assert set(first) >= {"data_source", "prompt", "reward_model"}
+    assert first["prompt"][0]["role"] == "user" and first["reward_model"]["ground_truth"]
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model", local_files_only=True)
+    text = tokenizer.apply_chat_template(first["prompt"], tokenize=False)
+    assert text == first["prompt"][0]["content"]

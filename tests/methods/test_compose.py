@@ -91,3 +91,21 @@ def test_pool_draws_repeat_after_restoring_rng_state(tmp_path, rng: np.random.Ge
         a, b = pool.draw(prompt, 2), restored.draw(prompt, 2)
         assert a is not None and b is not None
         assert np.array_equal(a.completion_ids, b.completion_ids)
+
+
+def test_a_pipeline_names_every_table_its_parts_keep_rollouts_in() -> None:
+    from llm_replay.methods import METHODS, MethodContext, ReplayPipeline
+    from llm_replay.methods.zero_variance import ZeroVarianceConfig
+
+    context = MethodContext(batch_size=8, rollouts_per_step=8, group_size=4)
+    rlep = ReplayPipeline.build("rlep", METHODS["rlep"].Config(), context)
+    assert rlep.method.stored_tables() == [rlep.method.pool.table]  # main table never built
+    pipeline = ReplayPipeline.build(
+        "prioritized",
+        METHODS["prioritized"].Config(),
+        context,
+        {"zero_variance": ZeroVarianceConfig(enabled=True)},
+    )
+    table = pipeline.method.table
+    tables = [t for part in pipeline.parts() for t in part.stored_tables()]
+    assert tables == [table, pipeline.options[0].store]

@@ -104,3 +104,12 @@ def test_methods_without_fresh_groups_refuse_it_at_load_time() -> None:
         load_config(None, ["replay.zero_variance.capacity=0"])
     config = load_config(ROOT / "configs/zero_variance.yaml")
     assert [name for name, _ in config.replay.enabled_options()] == ["zero_variance"]
+
+
+def test_the_option_names_its_store_among_the_tables_that_reach_batches(
+    rng: np.random.Generator,
+) -> None:
+    zv = option()
+    zv.prepare(round_of(rng, 0, [False, True]))
+    (store,) = zv.stored_tables()
+    assert store is zv.store and store.size == G  # the informative group, kept for replacement

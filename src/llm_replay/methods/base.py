@@ -236,6 +236,12 @@ class ReplayMethod(ABC, Generic[SettingsT]):
     def metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.table.stats().metrics().items()}
 
+    def stored_tables(self) -> list[ReplayTable]:
+        """Every table the method keeps rollouts in and may replay from (a host that keeps each
+        stored rollout's payload of its own, as verl's sampler does, drops the payloads of rows
+        no longer in any of them)."""
+        return [] if self._table is None else [self._table]
+
     def state(self) -> dict[str, Any]:
         """JSON-serialisable state beside the table(s)."""
         return {}
@@ -400,6 +406,10 @@ class MethodOption(ABC, Generic[OptionT]):
 
     def metrics(self) -> dict[str, float]:
         return {}
+
+    def stored_tables(self) -> list[ReplayTable]:
+        """The tables the option keeps rollouts in that reach the batches (`ReplayMethod`'s)."""
+        return []
 
     def save(self, directory: Path) -> None:
         """Write this option's state under `directory`."""

@@ -76,6 +76,10 @@ class ReplayPipeline:
     def name(self) -> str:
         return self.method.name
 
+    def parts(self) -> list[ReplayMethod[Any] | MethodOption[Any]]:
+        """The method and its options, each of which may keep rollouts (`stored_tables`)."""
+        return [self.method, *self.options]
+
     def async_mode(self) -> AsyncMode:
         return async_mode(type(self.method), bool(self.options))
 

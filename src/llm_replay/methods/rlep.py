@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
-from llm_replay.buffer import Sample
+from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
@@ -150,6 +150,9 @@ class RLEP(TableReplay[RLEPConfig]):
     def restart_due(self) -> bool:
         """True right after the last phase-I round: the caller restarts from the base model."""
         return self.phase1_iterations > 0 and self.iterations_seen == self.phase1_iterations
+
+    def stored_tables(self) -> list[ReplayTable]:
+        return [*super().stored_tables(), self.pool.table]
 
     def metrics(self) -> dict[str, float]:
         return {

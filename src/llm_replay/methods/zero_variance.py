@@ -125,6 +125,9 @@ class ZeroVarianceReplacement(MethodOption[ZeroVarianceConfig]):
     def metrics(self) -> dict[str, float]:
         return dict(self.last)
 
+    def stored_tables(self) -> list[ReplayTable]:
+        return [self.store]
+
     def save(self, directory: Path) -> None:
         self.store.save(directory / TABLE_DIR)
         (directory / STATE_FILE).write_text(json.dumps({"last": self.last}))

@@ -1,0 +1,363 @@
+"""`ReplaySampler`: verl v1's custom sampler, with an llm-replay method composing each step's batch.
+
+verl's own sampler hands each finished prompt group out once and the trainer clears every key it
+trained on from TransferQueue. This one wraps it (every waiting, eviction and refill decision is
+verl's, through `super().sample`) and then:
+
+1. reads the fresh groups' trajectories whole and turns them into llm-replay rollouts (rewards
+   are the summed `rm_scores`, behaviour log-probs the stored `rollout_log_probs`, the policy
+   version the weights that started the trajectory, `min_global_steps`);
+2. runs them through the method (`ReplayPipeline`: its table, options and signals), which
+   returns the step's rows, fresh and replayed, as it would in llm-replay's own loop;
+3. puts every returned row back into TransferQueue under a key of its own (`llmreplay-N_0_0`,
+   its `uid` field the same), clears the fresh keys it read, and books each row's advantage
+   for verl's advantage step (`advantages.py`).
+
+So what verl clears after the step is exactly what was put for it, and a replayed trajectory
+survives in the sampler (`trajectories.py`) for as long as the method's tables hold its group.
+A verl step with replay ratio y trains on y·R rows (R = train_batch_size × rollout.n), in
+y·R / (ppo_mini_batch_size × n) optimizer steps, as `replay_ratio` means in llm-replay.
+
+Scope: verl's `sync` trainer. Validation batches pass through verl's own sampler unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import transfer_queue as tq
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from llm_replay.algorithms.advantages import group_advantages
+from llm_replay.buffer import Sample
+from llm_replay.config.parse import ConfigError
+from llm_replay.data.rollout import RolloutBatch
+from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
+from llm_replay.integrations.verl.settings import (
+    SamplerSettings,
+    lookup,
+    startup_problems,
+    verl_root,
+)
+from llm_replay.integrations.verl.trajectories import (
+    Trajectory,
+    TrajectoryStore,
+    content_key,
+    split_rows,
+)
+from llm_replay.methods import MethodContext, ReplayPipeline
+
+log = logging.getLogger(__name__)
+STATE_DIR = "llm_replay"
+STATE_FILE = "sampler.json"
+TRAIN = "train"
+
+
+class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
+    """verl v1's `ReplayBuffer` whose training batches an llm-replay method composes (module
+    docstring). verl builds it from `trainer.v1.sampler.custom_sampler` with `sampler_kwargs`."""
+
+    def __init__(
+        self,
+        trainer_mode: str,
+        trainer_config: Any,
+        max_off_policy_threshold: int | None,
+        max_off_policy_strategy: str,
+        sampler_kwargs: Any,
+        poll_interval: float = 2.0,
+        refill_fn: Any = None,
+        book: AdvantageBook = BOOK,
+        **kwargs: Any,
+    ) -> None:
+        if trainer_mode != "sync":
+            raise ValueError(
+                f"trainer.v1.trainer_mode = {trainer_mode!r}: llm-replay's sampler runs verl's "
+                "'sync' trainer (the async trainers are not supported yet)"
+            )
+        super().__init__(
+            trainer_mode,
+            trainer_config,
+            max_off_policy_threshold,
+            max_off_policy_strategy,
+            sampler_kwargs,
+            poll_interval=poll_interval,
+            refill_fn=refill_fn,
+            **kwargs,
+        )
+        try:
+            self.settings = SamplerSettings.from_kwargs(sampler_kwargs)
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+        root = verl_root(sampler_kwargs)
+        problems = startup_problems(root, self.settings.replay.method)
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.group_size = self.settings.group_size or _int(
+            lookup(root, "actor_rollout_ref.rollout.n")
+        )
+        self.mini_batch_prompts = self.settings.mini_batch_prompts or _int(
+            lookup(root, "actor_rollout_ref.actor.ppo_mini_batch_size")
+        )
+        self.total_steps = self.settings.total_steps or _int(
+            lookup(root, "trainer.total_training_steps")
+        )
+        directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
+        self.checkpoint_dir = None if directory is None else Path(str(directory))
+        if max_off_policy_threshold is not None and self.settings.replay.method != "on_policy":
+            log.info(
+                "llm-replay sampler: verl's max_off_policy_threshold (%s) is a no-op in sync "
+                "mode; replayed rows age as the method's own knobs say (max_age where it has one)",
+                max_off_policy_threshold,
+            )
+        self.book = book
+        self.store = TrajectoryStore()
+        self.pipeline: ReplayPipeline | None = None
+        self.prompts_per_step: int | None = None
+        self.next_uid = 0
+        self.next_group = 0
+        self.steps = 0
+        self.issued: list[str] = []
+        self.started = False
+        self.last_metrics: dict[str, float] = {}
+
+    # ---------------------------------------------------------------- verl's entry point
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:  # type: ignore[type-arg]
+        if partition_id != TRAIN:
+            return super().sample(global_steps, partition_id, batch_size)  # type: ignore[no-any-return]
+        if not self.started:
+            self._start(global_steps, batch_size)
+        if batch_size != self.prompts_per_step:
+            raise ValueError(
+                f"batch_size = {batch_size}: this sampler was built for {self.prompts_per_step} "
+                "prompts a step"
+            )
+        self.book.forget(self.issued)
+        fresh_meta, metrics = super().sample(global_steps, partition_id, batch_size)
+        keys = list(fresh_meta.keys)
+        data = tq.kv_batch_get(keys=keys, partition_id=partition_id)
+        rows = split_rows(data, len(keys))
+        first_fresh_group = self.next_group
+        fresh = self._to_rollouts(keys, list(fresh_meta.tags), rows, global_steps)
+        pipeline = self._pipeline()
+        pipeline.set_policy_version(global_steps - 1)
+        if self.total_steps:
+            pipeline.signals.set_progress(min(1.0, (global_steps - 1) / self.total_steps))
+        samples = list(pipeline.batches(fresh))
+        out_keys, out_rows, out_tags, advantages = self._compose(samples)
+        tq.kv_clear(keys=keys, partition_id=partition_id)
+        if out_keys:
+            tq.kv_batch_put(
+                keys=out_keys,
+                partition_id=partition_id,
+                fields=list_of_dict_to_tensordict(out_rows),
+                tags=out_tags,
+            )
+        uids = [key.split("_", 1)[0] for key in out_keys]
+        self.book.write(uids, advantages)
+        self.issued = uids
+        self.store.prune(self._live_groups())
+        self.steps += 1
+        self.last_metrics = {
+            **{f"llm_replay/{k}": float(v) for k, v in pipeline.metrics().items()},
+            "llm_replay/fresh_rows": float(len(keys)),
+            "llm_replay/trained_rows": float(len(out_keys)),
+            "llm_replay/replayed_rows": float(
+                sum(int(np.sum(s.group_ids < first_fresh_group)) for s in samples)
+            ),
+            "llm_replay/trajectories_kept": float(len(self.store)),
+        }
+        metrics.update(self.last_metrics)
+        return KVBatchMeta(partition_id=partition_id, keys=out_keys, tags=out_tags), metrics
+
+    # ---------------------------------------------------------------- fresh rows in
+    def _to_rollouts(
+        self, keys: list[str], tags: list[dict[str, Any]], rows: list[dict[str, Any]], step: int
+    ) -> RolloutBatch:
+        groups: dict[str, int] = {}
+        group_ids = []
+        for key, row in zip(keys, rows, strict=True):
+            uid, _session, index = key.rsplit("_", 2)
+            if index != "0":
+                raise ValueError(
+                    f"trajectory {key!r}: an agent loop with several outputs per session is not "
+                    "supported yet (llm-replay replays one trajectory per session)"
+                )
+            if "rm_scores" not in row:
+                raise ValueError(
+                    f"trajectory {key!r} has no rm_scores: llm-replay's sampler needs the reward "
+                    "computed during rollout (reward loop workers), not by a colocated reward "
+                    "model after sampling"
+                )
+            if uid not in groups:
+                groups[uid] = self.next_group
+                self.next_group += 1
+            group_ids.append(groups[uid])
+        needs_behaviour = self.settings.replay.method != "on_policy"
+        behaviour = []
+        for key, row in zip(keys, rows, strict=True):
+            logprobs = row.get("rollout_log_probs")
+            if logprobs is None:
+                if needs_behaviour:
+                    raise ValueError(
+                        f"trajectory {key!r} has no rollout_log_probs: set "
+                        "actor_rollout_ref.rollout.calculate_log_probs=true (a replayed row's "
+                        "ratio is taken against the policy that generated it)"
+                    )
+                logprobs = np.zeros(len(row["responses"]), dtype=np.float32)
+            behaviour.append(np.asarray(logprobs, dtype=np.float32))
+        rewards = np.array([float(row["rm_scores"].sum()) for row in rows], dtype=np.float64)
+        group_array = np.asarray(group_ids, dtype=np.int64)
+        versions = np.array([_version(tag, step) for tag in tags], dtype=np.int64)
+        for row, tag, group in zip(rows, tags, group_ids, strict=True):
+            self.store.add(content_key(group, row["responses"]), Trajectory(row, dict(tag)))
+        responses = [np.asarray(row["responses"], dtype=np.int64) for row in rows]
+        return RolloutBatch.from_ragged(
+            prompt_ids=[np.asarray(row["prompts"], dtype=np.int64) for row in rows],
+            completion_ids=responses,
+            behaviour_logprobs=behaviour,
+            rewards=rewards,
+            advantages=group_advantages(rewards, group_array, self.settings.advantage),
+            group_ids=group_array,
+            policy_versions=versions,
+            correct=rewards >= self.settings.correct_threshold,
+            finish_reasons=["stop"] * len(rows),
+            allow_empty=True,
+        )
+
+    # ---------------------------------------------------------------- the step's rows out
+    def _compose(
+        self, samples: Sequence[Sample]
+    ) -> tuple[list[str], list[dict[str, Any]], list[dict[str, Any]], list[float]]:
+        keys: list[str] = []
+        rows: list[dict[str, Any]] = []
+        tags: list[dict[str, Any]] = []
+        advantages: list[float] = []
+        for sample in samples:
+            values = sample.advantages
+            if self.settings.sampling_weights:
+                values = values * sample.importance_weights
+            if not np.all(np.isfinite(values)):
+                raise ValueError("advantages: a row the method returned has no advantage (NaN)")
+            for b in range(len(sample)):
+                response = sample.input_ids[b][sample.loss_mask[b]]
+                trajectory = self.store.get(content_key(int(sample.group_ids[b]), response))
+                uid = f"{UID_PREFIX}{self.next_uid}"
+                self.next_uid += 1
+                keys.append(f"{uid}_0_0")
+                rows.append({**trajectory.fields, "uid": uid})
+                tags.append(dict(trajectory.tag))
+                advantages.append(float(values[b]))
+        return keys, rows, tags, advantages
+
+    def _live_groups(self) -> set[int]:
+        assert self.pipeline is not None
+        live: set[int] = set()
+        tables = [t for part in self.pipeline.parts() for t in part.stored_tables()]
+        for table in tables:
+            storage = table.storage
+            live.update(int(g) for g in storage.group_id[storage.live_slots()])
+        return live
+
+    # ---------------------------------------------------------------- building, saving, resuming
+    def _pipeline(self) -> ReplayPipeline:
+        if self.pipeline is None:
+            assert self.prompts_per_step is not None and self.group_size is not None
+            mini = self.mini_batch_prompts or self.prompts_per_step
+            context = MethodContext(
+                batch_size=mini * self.group_size,
+                rollouts_per_step=self.prompts_per_step * self.group_size,
+                group_size=self.group_size,
+                seed=self.settings.seed,
+                advantage=self.settings.advantage,
+            )
+            replay = self.settings.replay
+            self.pipeline = ReplayPipeline.build(
+                replay.method, replay.settings, context, replay.options
+            )
+            if self.pipeline.method.restarts:
+                raise ValueError(
+                    f"{'sampler_kwargs'}.method = {replay.method!r}: this method restarts from "
+                    "the base model between phases, which verl's trainer does not do"
+                )
+        return self.pipeline
+
+    def _start(self, global_steps: int, batch_size: int) -> None:
+        self.started = True
+        self.prompts_per_step = batch_size
+        if self.group_size is None:
+            raise ValueError(
+                "sampler_kwargs.group_size: not given and verl's actor_rollout_ref.rollout.n "
+                "is not reachable from sampler_kwargs"
+            )
+        if global_steps <= 1:
+            return
+        state = self._state_dir(global_steps - 1)
+        if state is None or not (state / STATE_FILE).is_file():
+            raise FileNotFoundError(
+                f"resuming at step {global_steps}: no llm-replay sampler state at {state} (set "
+                "trainer.checkpoint_callback_class="
+                "llm_replay.integrations.verl.ReplayCheckpointCallback so checkpoints carry it, "
+                "and sampler_kwargs.checkpoint_dir if it is not trainer.default_local_dir)"
+            )
+        self.load(state)
+
+    def _state_dir(self, step: int) -> Path | None:
+        if self.checkpoint_dir is None:
+            return None
+        return self.checkpoint_dir / f"global_step_{step}" / STATE_DIR
+
+    def save(self, directory: Path) -> None:
+        """Write the sampler's whole state to `directory` atomically (a staging folder renamed)."""
+        staging = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        pipeline = self._pipeline()
+        (staging / "pipeline").mkdir()
+        pipeline.save(staging / "pipeline")
+        self.store.save(staging / "trajectories")
+        state = {
+            "method": pipeline.name,
+            "prompts_per_step": self.prompts_per_step,
+            "group_size": self.group_size,
+            "next_uid": self.next_uid,
+            "next_group": self.next_group,
+            "steps": self.steps,
+        }
+        (staging / STATE_FILE).write_text(json.dumps(state))
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(staging, directory)
+
+    def load(self, directory: Path) -> None:
+        state = json.loads((directory / STATE_FILE).read_text())
+        if state["method"] != self.settings.replay.method:
+            raise ValueError(
+                f"{directory}: saved by method {state['method']!r}, not "
+                f"{self.settings.replay.method!r}"
+            )
+        self.prompts_per_step = int(state["prompts_per_step"])
+        self.group_size = int(state["group_size"])
+        self._pipeline().load(directory / "pipeline")
+        self.store = TrajectoryStore.load(directory / "trajectories")
+        self.next_uid = int(state["next_uid"])
+        self.next_group = int(state["next_group"])
+        self.steps = int(state["steps"])
+        self.started = True
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None or isinstance(value, bool) else int(value)
+
+
+def _version(tag: dict[str, Any], step: int) -> int:
+    """The weights a trajectory started from: verl's `min_global_steps` tag, else the last step's."""
+    value = tag.get("min_global_steps")
+    return step - 1 if value is None else int(value)

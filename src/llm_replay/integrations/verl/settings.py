@@ -1,0 +1,157 @@
+"""`trainer.v1.sampler.sampler_kwargs`: the replay method, its knobs, and the sampler's own few.
+
+Every key that is not one of the sampler's own (`SAMPLER_KEYS`) goes to llm-replay's method
+registry exactly as under `replay:` in an llm-replay config, so a wrong knob fails when verl
+builds the sampler, before a model is loaded, and the error names it
+(`sampler_kwargs.delta = 2: must be in [0, 1]`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from llm_replay.algorithms.advantages import ADVANTAGES
+from llm_replay.config import ReplayConfig
+from llm_replay.config.parse import ConfigError
+
+PREFIX = "sampler_kwargs"
+SAMPLER_KEYS = (
+    "correct_threshold",
+    "advantage",
+    "sampling_weights",
+    "checkpoint_dir",
+    "group_size",
+    "mini_batch_prompts",
+    "total_steps",
+    "seed",
+)
+
+
+def plain_mapping(value: Any, where: str) -> dict[str, Any]:
+    """A DictConfig (interpolations resolved) or a mapping as a plain dict."""
+    if value is None:
+        return {}
+    try:
+        from omegaconf import OmegaConf
+    except ImportError:  # pragma: no cover - verl always brings omegaconf
+        OmegaConf = None
+    if OmegaConf is not None and OmegaConf.is_config(value):
+        value = OmegaConf.to_container(value, resolve=True)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where} = {value!r}: expected a mapping")
+    return {str(k): v for k, v in value.items()}
+
+
+def _optional_int(data: dict[str, Any], name: str) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{PREFIX}.{name} = {value!r}: must be an integer >= 1")
+    return value
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    replay: ReplayConfig
+    correct_threshold: float = 1.0  # a trajectory whose summed rm_scores reach this is a success
+    advantage: str = "grpo"  # how a fresh group's advantages are computed (grpo | dr_grpo | rloo)
+    sampling_weights: bool = False  # scale each drawn row's advantage by its importance weight
+    checkpoint_dir: str | None = None  # verl's trainer.default_local_dir, for resuming
+    group_size: int | None = None  # rollout.n (else read from verl's config, else the data)
+    mini_batch_prompts: int | None = None  # actor.ppo_mini_batch_size (else verl's config)
+    total_steps: int | None = None  # for methods that follow the run's progress
+    seed: int = 0
+
+    @classmethod
+    def from_kwargs(cls, sampler_kwargs: Any) -> SamplerSettings:
+        data = plain_mapping(sampler_kwargs, PREFIX)
+        own = {k: data.pop(k) for k in SAMPLER_KEYS if k in data}
+        if "method" not in data:
+            raise ConfigError(f"{PREFIX}.method: name a replay method (`llm-replay methods`)")
+        if data.get("init_from") is not None:
+            raise ConfigError(
+                f"{PREFIX}.init_from: a table filled outside verl has no verl trajectories to "
+                "replay; start from an empty table"
+            )
+        replay = ReplayConfig.from_mapping(data, PREFIX)
+        threshold = own.get("correct_threshold", 1.0)
+        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+            raise ConfigError(f"{PREFIX}.correct_threshold = {threshold!r}: must be a number")
+        if not math.isfinite(threshold):
+            raise ConfigError(f"{PREFIX}.correct_threshold = {threshold!r}: must be finite")
+        advantage = own.get("advantage", "grpo")
+        if advantage not in ADVANTAGES:
+            raise ConfigError(
+                f"{PREFIX}.advantage = {advantage!r}: choose one of {sorted(ADVANTAGES)}"
+            )
+        weights = own.get("sampling_weights", False)
+        if not isinstance(weights, bool):
+            raise ConfigError(f"{PREFIX}.sampling_weights = {weights!r}: must be true or false")
+        directory = own.get("checkpoint_dir")
+        if directory is not None and not isinstance(directory, str):
+            raise ConfigError(f"{PREFIX}.checkpoint_dir = {directory!r}: must be a path")
+        seed = own.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(f"{PREFIX}.seed = {seed!r}: must be an integer >= 0")
+        return cls(
+            replay=replay,
+            correct_threshold=float(threshold),
+            advantage=advantage,
+            sampling_weights=weights,
+            checkpoint_dir=directory,
+            group_size=_optional_int(own, "group_size"),
+            mini_batch_prompts=_optional_int(own, "mini_batch_prompts"),
+            total_steps=_optional_int(own, "total_steps"),
+            seed=seed,
+        )
+
+
+def verl_root(node: Any) -> Any:
+    """The whole verl config a sampler_kwargs node belongs to (None for a plain dict)."""
+    get_root = getattr(node, "_get_root", None)
+    root = get_root() if callable(get_root) else None
+    return None if root is None or root is node else root
+
+
+def lookup(root: Any, dotted: str) -> Any:
+    """`root.a.b.c`, or None where any part is missing."""
+    node = root
+    for part in dotted.split("."):
+        if node is None:
+            return None
+        getter = getattr(node, "get", None)
+        node = getter(part) if callable(getter) else None
+    return node
+
+
+def startup_problems(root: Any, method: str) -> list[str]:
+    """What in verl's config would make a replayed batch wrong, each naming the setting."""
+    if root is None:
+        return []
+    problems = []
+    estimator = lookup(root, "algorithm.adv_estimator")
+    if estimator is not None and str(estimator) != "llm_replay":
+        problems.append(
+            f"algorithm.adv_estimator = {estimator!r}: set it to 'llm_replay' so verl trains "
+            "on the advantages the method decided (a replayed row alone in its group would "
+            "get 0 from GRPO)"
+        )
+    if method != "on_policy":
+        if lookup(root, "actor_rollout_ref.rollout.calculate_log_probs") is False:
+            problems.append(
+                "actor_rollout_ref.rollout.calculate_log_probs = False: replayed rows need the "
+                "log-probs of the policy that generated them (rollout_log_probs)"
+            )
+        correction = lookup(root, "algorithm.rollout_correction")
+        bypass = lookup(correction, "bypass_mode") if correction is not None else None
+        weights = lookup(correction, "rollout_is") if correction is not None else None
+        if not bypass and not weights:
+            problems.append(
+                "algorithm.rollout_correction: a replayed row was generated by an older policy; "
+                "set bypass_mode=true (the ratio is taken against the stored rollout_log_probs) "
+                "or rollout_is=token|sequence (importance weights against them)"
+            )
+    return problems

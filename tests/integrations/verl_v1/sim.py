@@ -1,0 +1,127 @@
+"""verl's sync trainer, step by step, as far as its sampler and TransferQueue see it.
+
+Each step puts a generation's prompt keys and trajectories into TransferQueue the way verl's
+agent loop does (`agent_loop_tq.py`: keys `{uid}_{session}_0`, jagged tensors, tags with the
+weight versions), calls the sampler, computes the advantages with verl's own
+`compute_advantage_for_multi_trajectories` as `_compute_advantage` does, and clears the trained
+keys as `fit` does after the step. Every trajectory carries a `trajectory_id` so a test can find
+the original of any row it gets back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from verl import DataProto
+from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from llm_replay.integrations.verl.trajectories import split_rows
+
+TRAIN = "train"
+
+
+@dataclass
+class Step:
+    keys: list[str]
+    tags: list[dict[str, Any]]
+    rows: list[dict[str, Any]]
+    advantages: np.ndarray
+    metrics: dict[str, Any]
+
+
+class SimulatedVerl:
+    def __init__(self, sampler: Any, *, prompts: int = 4, n: int = 4, seed: int = 0) -> None:
+        self.sampler = sampler
+        self.prompts = prompts
+        self.n = n
+        self.seed = seed
+        self.generated: dict[str, dict[str, Any]] = {}
+
+    def pass_rate(self, prompt: int) -> float:
+        return (0.0, 0.25, 0.5, 1.0)[prompt % 4]
+
+    def trajectory(self, step: int, prompt: int, session: int) -> tuple[dict[str, Any], dict]:
+        rng = np.random.default_rng([self.seed, step, prompt])
+        prompt_ids = torch.tensor(rng.integers(3, 60, size=int(rng.integers(3, 7))))
+        rng = np.random.default_rng([self.seed, step, prompt, session])
+        response = torch.tensor(rng.integers(3, 60, size=int(rng.integers(2, 7))))
+        reward = float(rng.random() < self.pass_rate(prompt))
+        scores = torch.zeros(len(response), dtype=torch.float32)
+        scores[-1] = reward
+        uid = f"s{step}p{prompt}"
+        input_ids = torch.cat([prompt_ids, response])
+        fields = {
+            "prompts": prompt_ids,
+            "responses": response,
+            "response_mask": torch.ones_like(response),
+            "input_ids": input_ids,
+            "attention_mask": torch.ones_like(input_ids),
+            "position_ids": torch.arange(len(input_ids)),
+            "rollout_log_probs": -torch.tensor(rng.random(len(response)), dtype=torch.float32),
+            "rm_scores": scores,
+            "uid": uid,
+            "session_id": session,
+            "global_steps": step,
+            "raw_prompt": [{"role": "user", "content": f"prompt {step}-{prompt}"}],
+            "data_source": "sim",
+            "reward_model": {"ground_truth": str(prompt)},
+            "extra_fields": {"min_global_steps": step - 1, "max_global_steps": step - 1},
+            "trajectory_id": f"t{step}-{prompt}-{session}",
+        }
+        tag = {
+            "status": "success",
+            "prompt_len": len(prompt_ids),
+            "response_len": len(response),
+            "seq_len": len(input_ids),
+            "global_steps": step,
+            "min_global_steps": step - 1,
+            "max_global_steps": step - 1,
+        }
+        return fields, tag
+
+    def generate(self, step: int) -> list[str]:
+        """One generation round finished: prompt keys and trajectories in TransferQueue."""
+        uids = [f"s{step}p{p}" for p in range(self.prompts)]
+        prompt_tag = {"is_prompt": True, "status": "finished", "global_steps": step}
+        tq.kv_batch_put(keys=uids, partition_id=TRAIN, tags=[dict(prompt_tag) for _ in uids])
+        keys, fields, tags = [], [], []
+        for p in range(self.prompts):
+            for s in range(self.n):
+                row, tag = self.trajectory(step, p, s)
+                keys.append(f"s{step}p{p}_{s}_0")
+                fields.append(row)
+                tags.append(tag)
+                self.generated[row["trajectory_id"]] = row
+        tq.kv_batch_put(
+            keys=keys, partition_id=TRAIN, fields=list_of_dict_to_tensordict(fields), tags=tags
+        )
+        return keys
+
+    def step(self, step: int) -> Step:
+        self.generate(step)
+        meta, metrics = self.sampler.sample(step, TRAIN, self.prompts)
+        keys = list(meta.keys)
+        data = tq.kv_batch_get(keys=keys, partition_id=TRAIN)
+        rows = split_rows(data, len(keys))
+        advantages = self.advantages(keys)
+        tq.kv_clear(keys=keys, partition_id=TRAIN)
+        return Step(keys, list(meta.tags), rows, advantages, metrics)
+
+    @staticmethod
+    def advantages(keys: list[str]) -> np.ndarray:
+        """verl's `_compute_advantage` with `algorithm.adv_estimator=llm_replay`: one per row."""
+        fields = ["uid", "response_mask", "rm_scores"]
+        data = tq.kv_batch_get(keys=keys, partition_id=TRAIN, select_fields=fields)
+        proto = DataProto(batch=data.to_padded_tensor())
+        proto.batch["token_level_scores"] = proto.batch["rm_scores"]
+        proto.batch["token_level_rewards"] = proto.batch["rm_scores"]
+        proto.non_tensor_batch["uid"] = np.array(proto.batch.pop("uid").tolist(), dtype=object)
+        proto = compute_advantage_for_multi_trajectories(
+            proto, batch_keys=keys, adv_estimator="llm_replay"
+        )
+        return proto.batch["advantages"][:, 0].numpy().astype(np.float64)

@@ -1,0 +1,212 @@
+"""What verl's config and workers see of llm-replay: checked knobs, start-up checks, the registered
+estimator and losses (against llm-replay's own on the same tensors), trajectories saved and read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from llm_replay.algorithms.losses import policy_loss
+from llm_replay.integrations.verl import ReplaySampler
+from llm_replay.integrations.verl.advantages import AdvantageBook, book_advantages
+from llm_replay.integrations.verl.plugin import LOSS_PREFIX, NOT_IN_VERL, REGISTERED, verl_loss
+from llm_replay.integrations.verl.trajectories import (
+    Trajectory,
+    TrajectoryStore,
+    content_key,
+)
+
+
+def build(kwargs: Any, mode: str = "sync") -> ReplaySampler:
+    node = kwargs if not isinstance(kwargs, dict) else OmegaConf.create(kwargs)
+    return ReplaySampler(mode, OmegaConf.create({}), None, "drop", node)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"method": "positive", "delta": 2}, r"sampler_kwargs\.delta = 2"),
+        ({"method": "positive", "capacty": 8}, r"sampler_kwargs\.capacty"),
+        ({"method": "nope"}, r"sampler_kwargs\.method = 'nope'"),
+        ({"capacity": 8}, r"sampler_kwargs\.method: name a replay method"),
+        ({"method": "positive", "correct_threshold": "high"}, r"sampler_kwargs\.correct_threshold"),
+        ({"method": "positive", "advantage": "gae"}, r"sampler_kwargs\.advantage = 'gae'"),
+        ({"method": "positive", "group_size": 0}, r"sampler_kwargs\.group_size = 0"),
+        ({"method": "positive", "sampling_weights": "yes"}, r"sampler_kwargs\.sampling_weights"),
+        ({"method": "uniform", "init_from": "/tmp"}, r"sampler_kwargs\.init_from"),
+        (
+            {"method": "uniform", "zero_variance": {"enabled": True}},
+            r"sampler_kwargs\.zero_variance\.enabled",
+        ),
+    ],
+)
+def test_bad_sampler_kwargs_name_the_knob(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        build(kwargs)
+
+
+def test_async_trainers_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="trainer_mode = 'separate_async'"):
+        build({"method": "positive"}, mode="separate_async")
+
+
+def verl_config(**overrides: Any) -> Any:
+    config = OmegaConf.create(
+        {
+            "algorithm": {
+                "adv_estimator": "llm_replay",
+                "rollout_correction": {"bypass_mode": True, "rollout_is": None},
+            },
+            "actor_rollout_ref": {
+                "rollout": {"n": 4, "calculate_log_probs": True},
+                "actor": {"ppo_mini_batch_size": 2},
+            },
+            "trainer": {"default_local_dir": "/tmp/ckpt", "total_training_steps": 10, "v1": {}},
+        }
+    )
+    config.trainer.v1.sampler = {"sampler_kwargs": {"method": "positive"}}
+    for key, value in overrides.items():
+        OmegaConf.update(config, key, value)
+    return config
+
+
+def test_the_sampler_reads_verls_config_it_belongs_to() -> None:
+    config = verl_config()
+    sampler = build(config.trainer.v1.sampler.sampler_kwargs)
+    assert sampler.group_size == 4
+    assert sampler.mini_batch_prompts == 2
+    assert sampler.total_steps == 10
+    assert str(sampler.checkpoint_dir) == "/tmp/ckpt"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("algorithm.adv_estimator", "grpo", "algorithm.adv_estimator = 'grpo'"),
+        ("actor_rollout_ref.rollout.calculate_log_probs", False, "calculate_log_probs = False"),
+        ("algorithm.rollout_correction.bypass_mode", False, "algorithm.rollout_correction"),
+    ],
+)
+def test_verl_settings_a_replayed_batch_needs_are_checked_at_start(
+    setting: str, value: Any, named: str
+) -> None:
+    config = verl_config(**{setting: value})
+    with pytest.raises(ValueError, match=named):
+        build(config.trainer.v1.sampler.sampler_kwargs)
+
+
+def test_importance_weights_satisfy_the_correction_check() -> None:
+    config = verl_config(
+        **{
+            "algorithm.rollout_correction.bypass_mode": False,
+            "algorithm.rollout_correction.rollout_is": "token",
+        }
+    )
+    build(config.trainer.v1.sampler.sampler_kwargs)
+
+
+def test_on_policy_needs_no_correction() -> None:
+    config = verl_config(**{"algorithm.rollout_correction.bypass_mode": False})
+    config.trainer.v1.sampler.sampler_kwargs.method = "on_policy"
+    build(config.trainer.v1.sampler.sampler_kwargs)
+
+
+def test_the_estimator_returns_each_rows_booked_advantage_on_its_tokens() -> None:
+    book = AdvantageBook()
+    book.write(["a", "b"], [0.5, -2.0])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    advantages, returns = book_advantages(torch.zeros(2, 3), mask, ["b", "a"], book=book)
+    expected = torch.tensor([[-2.0, -2.0, 0.0], [0.5, 0.0, 0.0]])
+    assert torch.equal(advantages, expected)
+    assert torch.equal(returns, expected)
+    book.forget(["a"])
+    with pytest.raises(KeyError, match="uid 'a'"):
+        book_advantages(torch.zeros(1, 3), mask[:1], ["a"], book=book)
+
+
+@pytest.mark.parametrize("mode", REGISTERED)
+def test_each_registered_loss_is_llm_replays_own_on_the_same_tensors(mode: str) -> None:
+    name = mode.removeprefix(LOSS_PREFIX)
+    generator = torch.Generator().manual_seed(0)
+    old = -torch.rand(3, 5, generator=generator) - 0.1
+    new = (old + 0.3 * torch.randn(3, 5, generator=generator)).requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]])
+    rows = torch.tensor([1.0, -0.5, 0.25])
+    verl_value, _ = verl_loss(name)(old, new, rows[:, None] * mask, mask, "token-mean")
+    ours, _ = policy_loss(name, new, old, rows, mask, aggregation="token_mean")
+    torch.testing.assert_close(verl_value, ours)
+    (verl_grad,) = torch.autograd.grad(verl_value, new)
+    (our_grad,) = torch.autograd.grad(ours, new)
+    torch.testing.assert_close(verl_grad, our_grad)
+
+
+def test_losses_verl_cannot_run_are_left_out_and_said_why() -> None:
+    assert all(f"{LOSS_PREFIX}{name}" not in REGISTERED for name in NOT_IN_VERL)
+    assert f"{LOSS_PREFIX}asymre" in REGISTERED
+    assert f"{LOSS_PREFIX}decoupled_ppo" not in REGISTERED  # needs a proximal policy
+
+
+def test_verl_loads_the_plugin_through_its_entry_point_in_a_fresh_process() -> None:
+    """A Ray worker is a fresh Python that imports verl; the entry point alone registers ours."""
+    code = (
+        "import verl\n"
+        "from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY\n"
+        "print('llm_replay' in ADV_ESTIMATOR_REGISTRY, 'llm_replay_asymre' in POLICY_LOSS_REGISTRY)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip().splitlines()[-1] == "True True"
+
+
+@pytest.mark.usefixtures("transfer_queue")
+def test_verl_loads_the_plugin_in_a_ray_worker() -> None:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def registered() -> tuple[bool, bool]:
+        import verl  # noqa: F401
+        from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, POLICY_LOSS_REGISTRY
+
+        return "llm_replay" in ADV_ESTIMATOR_REGISTRY, "llm_replay_tis" in POLICY_LOSS_REGISTRY
+
+    assert ray.get(registered.remote(), timeout=120) == (True, True)
+
+
+def test_trajectories_are_saved_without_pickle_and_read_back_identical(tmp_path: Path) -> None:
+    store = TrajectoryStore()
+    fields = {
+        "responses": torch.tensor([5, 6, 7]),
+        "rollout_log_probs": torch.tensor([-0.1, -0.2, -0.3], dtype=torch.float32),
+        "rm_scores": torch.tensor([0.0, 0.0, 1.0], dtype=torch.bfloat16),
+        "raw_prompt": [{"role": "user", "content": "é"}],
+        "extra_fields": {"min_global_steps": np.int64(3)},
+        "uid": "abc",
+    }
+    key = content_key(7, fields["responses"])
+    store.add(key, Trajectory(fields, {"status": "success", "min_global_steps": 3}))
+    store.save(tmp_path)
+    assert not list(tmp_path.glob("*.pkl"))
+    back = TrajectoryStore.load(tmp_path).get(key)
+    assert list(back.fields) == list(fields)
+    for name, value in fields.items():
+        if isinstance(value, torch.Tensor):
+            assert back.fields[name].dtype == value.dtype
+            assert torch.equal(back.fields[name], value)
+    assert back.fields["extra_fields"] == {"min_global_steps": 3}
+    assert back.tag == {"status": "success", "min_global_steps": 3}
+    assert store.prune({8}) == 1 and len(store) == 0
+
+
+def test_a_field_json_cannot_hold_is_refused_by_name(tmp_path: Path) -> None:
+    store = TrajectoryStore()
+    store.add(content_key(0, [1]), Trajectory({"odd": object()}, {}))
+    with pytest.raises(ValueError, match="trajectory field odd"):
+        store.save(tmp_path)
