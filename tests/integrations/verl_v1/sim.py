@@ -41,19 +41,29 @@ class SimulatedVerl:
         self.n = n
         self.seed = seed
         self.generated: dict[str, dict[str, Any]] = {}
+        self.refills: list[int] = []
+        self.current_step = 0
+        sampler.refill_fn = self.refill
+
+    def refill(self, count: int) -> None:
+        """verl's `_add_prompts_to_generate`: `count` more prompts for this step, generated."""
+        self.refills.append(count)
+        self.generate(self.current_step, prompts=count, round_=len(self.refills))
 
     def pass_rate(self, prompt: int) -> float:
         return (0.0, 0.25, 0.5, 1.0)[prompt % 4]
 
-    def trajectory(self, step: int, prompt: int, session: int) -> tuple[dict[str, Any], dict]:
-        rng = np.random.default_rng([self.seed, step, prompt])
+    def trajectory(
+        self, step: int, prompt: int, session: int, round_: int = 0
+    ) -> tuple[dict[str, Any], dict]:
+        rng = np.random.default_rng([self.seed, step, prompt, round_ + 100])
         prompt_ids = torch.tensor(rng.integers(3, 60, size=int(rng.integers(3, 7))))
-        rng = np.random.default_rng([self.seed, step, prompt, session])
+        rng = np.random.default_rng([self.seed, step, prompt, round_ + 100, session])
         response = torch.tensor(rng.integers(3, 60, size=int(rng.integers(2, 7))))
         reward = float(rng.random() < self.pass_rate(prompt))
         scores = torch.zeros(len(response), dtype=torch.float32)
         scores[-1] = reward
-        uid = f"s{step}p{prompt}"
+        uid = f"s{step}r{round_}p{prompt}" if round_ else f"s{step}p{prompt}"
         input_ids = torch.cat([prompt_ids, response])
         fields = {
             "prompts": prompt_ids,
@@ -71,7 +81,7 @@ class SimulatedVerl:
             "data_source": "sim",
             "reward_model": {"ground_truth": str(prompt)},
             "extra_fields": {"min_global_steps": step - 1, "max_global_steps": step - 1},
-            "trajectory_id": f"t{step}-{prompt}-{session}",
+            "trajectory_id": f"t{step}-{prompt}-{session}" + (f"-r{round_}" if round_ else ""),
         }
         tag = {
             "status": "success",
@@ -84,16 +94,33 @@ class SimulatedVerl:
         }
         return fields, tag
 
-    def generate(self, step: int) -> list[str]:
-        """One generation round finished: prompt keys and trajectories in TransferQueue."""
-        uids = [f"s{step}p{p}" for p in range(self.prompts)]
-        prompt_tag = {"is_prompt": True, "status": "finished", "global_steps": step}
-        tq.kv_batch_put(keys=uids, partition_id=TRAIN, tags=[dict(prompt_tag) for _ in uids])
+    def generate(
+        self,
+        step: int,
+        failed: dict[int, int] | None = None,
+        prompts: int | None = None,
+        round_: int = 0,
+    ) -> list[str]:
+        """One generation round finished: prompt keys and trajectories in TransferQueue. A prompt
+        in `failed` ends with status "failure" and only that many of its sessions delivered."""
+        failed = failed or {}
+        count = self.prompts if prompts is None else prompts
+        prefix = f"s{step}r{round_}" if round_ else f"s{step}"
+        uids = [f"{prefix}p{p}" for p in range(count)]
+        tags_of_prompts = [
+            {
+                "is_prompt": True,
+                "status": "failure" if p in failed else "finished",
+                "global_steps": step,
+            }
+            for p in range(count)
+        ]
+        tq.kv_batch_put(keys=uids, partition_id=TRAIN, tags=tags_of_prompts)
         keys, fields, tags = [], [], []
-        for p in range(self.prompts):
-            for s in range(self.n):
-                row, tag = self.trajectory(step, p, s)
-                keys.append(f"s{step}p{p}_{s}_0")
+        for p in range(count):
+            for s in range(failed.get(p, self.n)):
+                row, tag = self.trajectory(step, p, s, round_)
+                keys.append(f"{prefix}p{p}_{s}_0")
                 fields.append(row)
                 tags.append(tag)
                 self.generated[row["trajectory_id"]] = row
@@ -102,8 +129,9 @@ class SimulatedVerl:
         )
         return keys
 
-    def step(self, step: int) -> Step:
-        self.generate(step)
+    def step(self, step: int, failed: dict[int, int] | None = None) -> Step:
+        self.current_step = step
+        self.generate(step, failed)
         meta, metrics = self.sampler.sample(step, TRAIN, self.prompts)
         keys = list(meta.keys)
         data = tq.kv_batch_get(keys=keys, partition_id=TRAIN)

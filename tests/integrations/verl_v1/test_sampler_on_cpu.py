@@ -150,6 +150,30 @@ def _per_step(drawn: list[np.ndarray], steps: list[Any]) -> list[np.ndarray]:
     return out
 
 
+def test_a_failed_group_trains_the_sessions_it_delivered() -> None:
+    """verl's sync matrix: a failed group stays sampleable, with the sessions it delivered; its
+    advantages are over those. A method that cannot fill a batch from what came asks verl for
+    more prompts (`refill_fn`) and keeps the rows for the next round."""
+    sampler = make_sampler(method="on_policy")
+    verl = SimulatedVerl(sampler)
+    step = verl.step(1, failed={1: 2, 3: 0})  # 10 rows: not the 16 the on-policy queue needs
+    assert verl.refills == [4]
+    firsts = [f"t1-{p}-{s}" for p, n in ((0, 4), (1, 2), (2, 4)) for s in range(n)]
+    ids = [row["trajectory_id"] for row in step.rows]
+    assert sorted(ids[: len(firsts)]) == sorted(firsts)  # oldest first, then the refill's
+    assert all(i.endswith("-r1") for i in ids[len(firsts) :]) and len(ids) == 16
+    partial = [
+        (float(r["rm_scores"].sum()), a)
+        for r, a in zip(step.rows, step.advantages, strict=True)
+        if r["trajectory_id"] in ("t1-1-0", "t1-1-1")
+    ]
+    rewards = np.array([r for r, _ in partial])
+    np.testing.assert_allclose([a for _, a in partial], grpo(rewards), atol=1e-6)
+    assert step.metrics["llm_replay/refilled_prompts"] == 4
+    verl.step(2)  # the refill's leftover rows come first, then this step's
+    assert tq.kv_list(TRAIN) == {TRAIN: {}}
+
+
 def test_a_resumed_sampler_composes_the_same_batches(tmp_path: Path) -> None:
     knobs = {"method": "positive", "capacity": 64}
     first = make_sampler(tmp_path, **knobs)

@@ -141,26 +141,30 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 "prompts a step"
             )
         self.book.forget(self.issued)
-        fresh_meta, metrics = super().sample(global_steps, partition_id, batch_size)
-        keys = list(fresh_meta.keys)
-        data = tq.kv_batch_get(keys=keys, partition_id=partition_id)
-        rows = split_rows(data, len(keys))
         first_fresh_group = self.next_group
-        fresh = self._to_rollouts(keys, list(fresh_meta.tags), rows, global_steps)
+        metrics: dict[str, Any] = {}
+        fresh_rows = refilled = 0
+        while True:
+            samples, fresh_count, round_metrics = self._round(global_steps, batch_size)
+            fresh_rows += fresh_count
+            metrics.update(round_metrics)
+            out_keys, out_rows, out_tags, advantages = self._compose(samples)
+            if out_keys:
+                break
+            if self.refill_fn is None:
+                raise RuntimeError(
+                    "the method composed no batch from this step's rollouts and verl gave the "
+                    "sampler no refill_fn to ask for more"
+                )
+            self.refill_fn(batch_size)  # the rows wait in the method's table for the next round
+            refilled += batch_size
+        tq.kv_batch_put(
+            keys=out_keys,
+            partition_id=partition_id,
+            fields=list_of_dict_to_tensordict(out_rows),
+            tags=out_tags,
+        )
         pipeline = self._pipeline()
-        pipeline.set_policy_version(global_steps - 1)
-        if self.total_steps:
-            pipeline.signals.set_progress(min(1.0, (global_steps - 1) / self.total_steps))
-        samples = list(pipeline.batches(fresh))
-        out_keys, out_rows, out_tags, advantages = self._compose(samples)
-        tq.kv_clear(keys=keys, partition_id=partition_id)
-        if out_keys:
-            tq.kv_batch_put(
-                keys=out_keys,
-                partition_id=partition_id,
-                fields=list_of_dict_to_tensordict(out_rows),
-                tags=out_tags,
-            )
         uids = [key.split("_", 1)[0] for key in out_keys]
         self.book.write(uids, advantages)
         self.issued = uids
@@ -168,7 +172,8 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.steps += 1
         self.last_metrics = {
             **{f"llm_replay/{k}": float(v) for k, v in pipeline.metrics().items()},
-            "llm_replay/fresh_rows": float(len(keys)),
+            "llm_replay/fresh_rows": float(fresh_rows),
+            "llm_replay/refilled_prompts": float(refilled),
             "llm_replay/trained_rows": float(len(out_keys)),
             "llm_replay/replayed_rows": float(
                 sum(int(np.sum(s.group_ids < first_fresh_group)) for s in samples)
@@ -179,6 +184,23 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         return KVBatchMeta(partition_id=partition_id, keys=out_keys, tags=out_tags), metrics
 
     # ---------------------------------------------------------------- fresh rows in
+    def _round(
+        self, global_steps: int, batch_size: int
+    ) -> tuple[list[Sample], int, dict[str, Any]]:
+        """verl's next `batch_size` finished groups, read whole, cleared from TransferQueue and
+        run through the method: the samples it returns, how many fresh rows, verl's metrics."""
+        fresh_meta, metrics = super().sample(global_steps, TRAIN, batch_size)
+        keys = list(fresh_meta.keys)
+        rows = split_rows(tq.kv_batch_get(keys=keys, partition_id=TRAIN), len(keys)) if keys else []
+        fresh = self._to_rollouts(keys, list(fresh_meta.tags), rows, global_steps)
+        if keys:
+            tq.kv_clear(keys=keys, partition_id=TRAIN)
+        pipeline = self._pipeline()
+        pipeline.set_policy_version(global_steps - 1)
+        if self.total_steps:
+            pipeline.signals.set_progress(min(1.0, (global_steps - 1) / self.total_steps))
+        return list(pipeline.batches(fresh)), len(keys), metrics
+
     def _to_rollouts(
         self, keys: list[str], tags: list[dict[str, Any]], rows: list[dict[str, Any]], step: int
     ) -> RolloutBatch:
