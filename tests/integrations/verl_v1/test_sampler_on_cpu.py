@@ -80,6 +80,7 @@ def test_on_policy_trains_every_fresh_trajectory_once_with_verl_grpo_advantages(
         {"method": "exgrpo"},
         {"method": "prioritized", "capacity": 64, "zero_variance": {"enabled": True}},
         {"method": "positive", "capacity": 64, "anneal": {"enabled": True, "mode": "schedule"}},
+        {"method": "positive", "capacity": 64, "anneal": {"enabled": True}},
         {"method": "positive", "capacity": 64, "retire": {"enabled": True}},
     ],
     ids=[
@@ -89,7 +90,8 @@ def test_on_policy_trains_every_fresh_trajectory_once_with_verl_grpo_advantages(
         "freshper",
         "exgrpo",
         "zero_variance",
-        "anneal",
+        "anneal_schedule",
+        "anneal_controller",
         "retire",
     ],
 )
