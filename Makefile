@@ -9,12 +9,12 @@ VERL_VENV  := .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: verl-env verl-test demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: docs verl-env verl-test demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[train,dev,bench,ray,trl,fast]'
+	$(PY) -m pip install --quiet --disable-pip-version-check $(TORCH) -e '.[train,dev,bench,ray,trl,fast,docs]'
 	touch $(STAMP)
 
 $(VERL_STAMP): pyproject.toml
@@ -29,6 +29,10 @@ verl-env: $(VERL_STAMP)
 verl-test: $(VERL_STAMP)
 	RAY_AUTH_MODE=disabled $(VERL_PY) -m pytest -q -p no:cacheprovider tests/integrations/verl_v1
 
+# the documentation site into build/site; strict: a broken link or reference fails the build
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
 demo: $(STAMP)
 	$(VENV)/bin/llm-replay demo --out runs/demo
 
@@ -41,6 +45,7 @@ lint: $(STAMP)
 test:
 	$(MAKE) --no-print-directory -j2 $(STAMP) $(VERL_STAMP)
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory verl-test
 

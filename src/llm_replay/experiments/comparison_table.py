@@ -46,7 +46,7 @@ def plateau_note(summary: dict[str, Any]) -> str | None:
     return (
         f"The baseline {name} is still rising at the end of its budget: {measured}. The ratios "
         "measure how fast each method reaches its final accuracy, not its plateau; continue it "
-        f"to a larger budget with `extends:` (README, 'Locating a baseline's plateau').{doubt}"
+        f"to a larger budget with `extends:` (docs/compare.md, 'Locating a baseline's plateau').{doubt}"
     )
 
 

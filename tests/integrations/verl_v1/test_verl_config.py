@@ -1,4 +1,4 @@
-"""The README's verl config diff (examples/verl/llm_replay_overrides.txt) against verl's own config:
+"""The verl config diff in docs/verl.md (examples/verl/llm_replay_overrides.txt) against verl's own config:
 composed with Hydra from verl's `ppo_trainer.yaml`, every override lands on a real setting, and
 verl's own loaders build our sampler, callback, estimator and loss from the result."""
 
