@@ -8,18 +8,14 @@ with its type, default and help), and the methods, options and losses (from thei
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import typing
 from typing import Any
 
 from mkdocs.structure.files import File, Files
 
 from llm_replay.algorithms.losses import describe_losses
 from llm_replay.cli.commands import build_parser
-from llm_replay.config import Config
+from llm_replay.config.describe import config_fields
 from llm_replay.methods import describe
-
-SKIP_SECTIONS = {"replay"}  # the replay section's knobs are the methods' own (methods.md)
 
 
 def _cell(value: Any) -> str:
@@ -41,57 +37,30 @@ def cli_page() -> str:
     return "\n".join(lines)
 
 
-def _default(field: dataclasses.Field[Any]) -> Any:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        value = field.default_factory()
-        return None if dataclasses.is_dataclass(value) else value
-    return None
-
-
-def config_fields(cls: type, prefix: str) -> list[tuple[str, str, Any, str]]:
-    """(dotted name, type, default, help) for every leaf field of a config dataclass."""
-    out = []
-    hints = typing.get_type_hints(cls)
-    for field in dataclasses.fields(cls):
-        name = f"{prefix}{field.name}"
-        kind = hints.get(field.name, field.type)
-        if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-            out += config_fields(kind, f"{name}.")
-            continue
-        label = getattr(kind, "__name__", None) or str(kind).replace("typing.", "")
-        out.append((name, label, _default(field), field.metadata.get("help", "")))
-    return out
-
-
 def config_page() -> str:
     lines = [
         "# Configuration",
         "",
-        "Every field of a run's YAML config, by section, with its type, default and help "
-        "(generated from the dataclasses in `llm_replay.config`). `--set section.field=value` "
-        "overrides one from the command line; the `replay` section's knobs are the method's own "
+        "Every field of a run's YAML config, with its type, default and help (generated from "
+        "the dataclasses in `llm_replay.config`; `llm-replay fields [PREFIX]` prints the same). "
+        "`--set section.field=value` overrides one from the command line. The loss's knobs sit "
+        "beside `algorithm.loss` ([losses](losses.md)), the method's beside `replay.method` "
         "([methods and options](methods.md)).",
         "",
     ]
-    hints = typing.get_type_hints(Config)
-    for field in dataclasses.fields(Config):
-        kind = hints[field.name]
-        if field.name in SKIP_SECTIONS:
-            continue
-        if not (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
-            lines += [f"- `{field.name}` (default `{_default(field)}`)", ""]
-            continue
-        lines += [
-            f"## `{field.name}`",
-            "",
-            "| field | type | default | help |",
-            "|---|---|---|---|",
-        ]
-        for name, label, default, text in config_fields(kind, f"{field.name}."):
-            lines.append(f"| `{name}` | {_cell(label)} | `{_cell(default)}` | {_cell(text)} |")
-        lines.append("")
+    section = None
+    for f in config_fields():
+        head = f.name.split(".", 1)[0] if "." in f.name else "(top level)"
+        if head != section:
+            section = head
+            lines += [
+                "",
+                f"## `{head}`",
+                "",
+                "| field | type | default | help |",
+                "|---|---|---|---|",
+            ]
+        lines.append(f"| `{f.name}` | {_cell(f.type)} | `{_cell(f.default)}` | {_cell(f.help)} |")
     return "\n".join(lines)
 
 

@@ -287,6 +287,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fields(args: argparse.Namespace) -> int:
+    from llm_replay.config.describe import config_fields
+
+    chosen = [f for f in config_fields() if f.name.startswith(args.prefix)]
+    if not chosen:
+        raise ConfigError(f"prefix = {args.prefix!r}: no config field starts with it")
+    for f in chosen:
+        console.print(f"[bold]{f.name}[/] = {f.default!r}  [dim]{f.type}[/]", highlight=False)
+        console.print(f"    {escape(f.help)}", highlight=False)
+    console.print(
+        "[dim]replay.* knobs: llm-replay methods; algorithm.* loss knobs: llm-replay losses[/]",
+        highlight=False,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llm-replay", description="Experience replay for LLM RL.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -333,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
                 help="run only these methods' runs (e.g. one added to an experiment under way)",
             )
         cmd.set_defaults(func=func)
+    fields = sub.add_parser("fields", help="list every config field with its default and help")
+    fields.add_argument("prefix", nargs="?", default="", help="only these, e.g. generation")
+    fields.set_defaults(func=cmd_fields)
     methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")
     methods.add_argument("--json", action="store_true", help="print the registry as JSON")
     methods.set_defaults(func=cmd_methods)

@@ -25,10 +25,19 @@ from llm_replay.config.parse import (
     deep_copy,
     field_names,
     parse_override,
+    setting,
     yaml_error,
 )
-from llm_replay.config.prompts import PromptSkipConfig
 from llm_replay.config.reward_model import RewardModelConfig, check_reward_model_use
+from llm_replay.config.sections import (
+    EvalConfig,
+    GenerationConfig,
+    LogConfig,
+    ModelConfig,
+    OptimConfig,
+    TaskConfig,
+    TrainConfig,
+)
 from llm_replay.config.workers import WorkersConfig
 from llm_replay.methods import (
     METHODS,
@@ -59,100 +68,6 @@ __all__ = [
 ]
 
 
-def _check_basis(key: str, basis: str) -> None:
-    valid = basis in ("measured", "rollouts")
-    if basis.startswith("mu_"):
-        try:
-            valid = float(basis[3:]) > 0
-        except ValueError:
-            valid = False
-    if not valid:
-        raise ConfigError(f"{key} = {basis!r}: choose measured, rollouts or mu_<number>, e.g. mu_5")
-
-
-@dataclass
-class ModelConfig:
-    path: str = "builtin:tiny-chain-sum"
-    device: str = "cpu"
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    chat_template: Literal["auto", "on", "off"] = "auto"
-
-    def check(self) -> None:
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
-
-
-REWARDS = ("score", "binary", "model")
-"""`task.reward`: the task's own score, 1/0 by whether it reaches `correct_threshold`, or a
-learned reward model's (`reward_model:`; the task's score stays the evaluation metric)."""
-
-
-@dataclass
-class TaskConfig:
-    kind: Literal["reasoning_gym", "dataset"] = "reasoning_gym"
-    dataset: str = "chain_sum"
-    params: dict[str, Any] = field(
-        default_factory=lambda: {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2}
-    )
-    prompt_template: str = "{expression}="
-    strip_spaces: bool = True
-    seed: int = 1
-    eval_seed: int = 2
-    train_size: int = 20_000
-    eval_size: int = 500
-    path: str | None = None
-    eval_path: str | None = None
-    eval_fraction: float = 0.1
-    prompt_field: str = "prompt"
-    answer_field: str = "answer"
-    correct_threshold: float = 1.0
-    reward: str = "score"  # "binary": 1 where the score reaches correct_threshold; "model"
-    reward_timeout_s: float = 5.0
-    failure_reward: float = 0.0
-
-    def check(self) -> None:
-        if self.reward not in REWARDS:
-            raise ConfigError(f"reward = {self.reward!r}: choose one of {REWARDS}")
-        if self.kind == "dataset" and not self.path:
-            raise ConfigError("path = None: kind 'dataset' needs a .jsonl or .parquet file")
-        for key in ("train_size", "eval_size"):
-            check_positive(key, getattr(self, key))
-        check_positive("reward_timeout_s", self.reward_timeout_s)
-        if not 0.0 < self.eval_fraction < 1.0:
-            raise ConfigError(
-                f"eval_fraction = {self.eval_fraction!r}: must be in (0, 1) (the share of the "
-                "problem space held out for eval)"
-            )
-
-
-@dataclass
-class GenerationConfig:
-    prompts_per_step: int = 32
-    group_size: int = 8
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    dynamic_sampling: bool = False
-    dynamic_sampling_rounds: int = 3
-    skip: PromptSkipConfig = field(default_factory=PromptSkipConfig)
-
-    def check(self) -> None:
-        check_positive("prompts_per_step", self.prompts_per_step)
-        check_positive("dynamic_sampling_rounds", self.dynamic_sampling_rounds, zero_ok=True)
-        if self.group_size < 2:
-            raise ConfigError(f"group_size = {self.group_size}: must be >= 2 (group baselines)")
-        check_positive("max_new_tokens", self.max_new_tokens)
-        check_positive("temperature", self.temperature)
-        check_positive("top_k", self.top_k, zero_ok=True)
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p = {self.top_p!r}: must be in (0, 1]")
-
-    @property
-    def rollouts_per_step(self) -> int:
-        return self.prompts_per_step * self.group_size
-
-
 @dataclass
 class AlgorithmConfig:
     """`algorithm:` — the advantage estimator, the loss with its knobs, aggregation, regularisers.
@@ -162,13 +77,22 @@ class AlgorithmConfig:
     (`llm-replay losses`), and a knob of another loss is refused by name.
     """
 
-    advantage: Literal["grpo", "dr_grpo", "rloo"] = "grpo"
-    loss: str = "grpo"
-    loss_settings: LossConfig = field(default_factory=lambda: loss_class("grpo").Config())
-    aggregation: Literal["token_mean", "sequence_mean", "token_sum_norm"] = "token_mean"
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    use_sampling_weights: bool = False
+    advantage: Literal["grpo", "dr_grpo", "rloo"] = setting(
+        "grpo", "group advantage: grpo (R − mean)/std, dr_grpo R − mean, rloo leave-one-out"
+    )
+    loss: str = setting("grpo", "the policy loss (`llm-replay losses`); its knobs sit beside it")
+    loss_settings: LossConfig = setting(
+        help="the chosen loss's knobs (set flat under algorithm:)",
+        factory=lambda: loss_class("grpo").Config(),
+    )
+    aggregation: Literal["token_mean", "sequence_mean", "token_sum_norm"] = setting(
+        "token_mean", "how per-token losses become one number"
+    )
+    kl_coef: float = setting(0.0, "weight of the k3 KL to the initial weights")
+    entropy_coef: float = setting(0.0, "weight of an entropy bonus")
+    use_sampling_weights: bool = setting(
+        False, "weight each row by its sampler importance weight (prioritized replay)"
+    )
 
     def check(self) -> None:
         required = loss_class(self.loss).advantage
@@ -217,23 +141,6 @@ class AlgorithmConfig:
 
 
 @dataclass
-class OptimConfig:
-    lr: float = 5e-5
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.999
-    grad_clip: float = 1.0
-
-    def check(self) -> None:
-        check_positive("lr", self.lr)
-        check_positive("weight_decay", self.weight_decay, zero_ok=True)
-        for key in ("beta1", "beta2"):
-            if not 0 <= getattr(self, key) < 1:
-                raise ConfigError(f"{key} = {getattr(self, key)!r}: must be in [0, 1)")
-        check_positive("grad_clip", self.grad_clip, zero_ok=True)
-
-
-@dataclass
 class ReplayConfig:
     """`replay:` — the method's name, its knobs (from the registry) and the method options.
 
@@ -241,10 +148,17 @@ class ReplayConfig:
     `replay.delta`); each registered option has a mapping of its own (`replay.<option>.enabled`).
     """
 
-    method: str = "on_policy"
-    settings: MethodConfig = field(default_factory=lambda: method_class("on_policy").Config())
-    options: dict[str, OptionConfig] = field(default_factory=dict)
-    init_from: str | None = None  # a saved or durable table to start from (reuse across runs)
+    method: str = setting("on_policy", "the replay method (`llm-replay methods`)")
+    settings: MethodConfig = setting(
+        help="the method's knobs (set flat under replay:)",
+        factory=lambda: method_class("on_policy").Config(),
+    )
+    options: dict[str, OptionConfig] = setting(
+        help="the method options (replay.<option>:)", factory=dict
+    )
+    init_from: str | None = setting(
+        None, "a saved or durable table to start from (reuse across runs)"
+    )
 
     def __post_init__(self) -> None:
         for name, option in OPTIONS.items():
@@ -308,66 +222,11 @@ class ReplayConfig:
 
 
 @dataclass
-class TrainConfig:
-    iterations: int = 60
-    compute_seconds: float | None = None
-    compute_budget: float | None = None
-    budget_basis: str = "measured"
-    batch_size: int = 256
-    micro_batch_size: int = 256
-    seed: int = 0
-    threads: int | None = None
-
-    def check(self) -> None:
-        check_positive("iterations", self.iterations)
-        if self.compute_seconds is not None:
-            check_positive("compute_seconds", self.compute_seconds)
-        if self.compute_budget is not None:
-            check_positive("compute_budget", self.compute_budget)
-        _check_basis("budget_basis", self.budget_basis)
-        check_positive("batch_size", self.batch_size)
-        check_positive("micro_batch_size", self.micro_batch_size)
-        if self.threads is not None:
-            check_positive("threads", self.threads)
-
-
-@dataclass
-class EvalConfig:
-    every: int = 10
-    every_compute: float | None = None
-    size: int = 500
-    pass_k: list[int] = field(default_factory=lambda: [1, 8])
-    pass_size: int = 100
-
-    def check(self) -> None:
-        check_positive("every", self.every)
-        if self.every_compute is not None:
-            check_positive("every_compute", self.every_compute)
-        check_positive("size", self.size)
-        check_positive("pass_size", self.pass_size, zero_ok=True)
-        if not self.pass_k or any(k < 1 for k in self.pass_k):
-            raise ConfigError(f"pass_k = {self.pass_k!r}: must be a non-empty list of k >= 1")
-
-    @property
-    def pass_samples(self) -> int:
-        return max(self.pass_k)
-
-
-@dataclass
-class LogConfig:
-    run_dir: str = "runs/{name}"
-    tensorboard: bool = True
-    checkpoint_every: int = 0
-    progress: bool = True
-
-    def check(self) -> None:
-        check_positive("checkpoint_every", self.checkpoint_every, zero_ok=True)
-
-
-@dataclass
 class Config:
-    name: str = "run"
-    runtime: Literal["sync", "threaded", "ray"] = "sync"
+    name: str = setting("run", "the run's name ({name} in log.run_dir)")
+    runtime: Literal["sync", "threaded", "ray"] = setting(
+        "sync", "one process, generation workers in threads, or Ray actors (workers:)"
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)

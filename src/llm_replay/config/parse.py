@@ -28,6 +28,24 @@ class ConfigError(ValueError):
     """A configuration value is missing, unknown, of the wrong type or out of range."""
 
 
+def setting(
+    default: Any = None, help: str = "", *, factory: typing.Callable[[], Any] | None = None
+) -> Any:
+    """A config field with its help: the one place `--help`, the configuration reference and the
+    field-help test read it from. `factory` builds a mutable default."""
+    metadata = {"help": help}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _help_of(cls: Any, name: str) -> str:
+    for field in dataclasses.fields(cls):
+        if field.name == name:
+            return str(field.metadata.get("help", ""))
+    return ""
+
+
 def field_names(cls: Any) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
 
@@ -95,9 +113,11 @@ def build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
             close = difflib.get_close_matches(str(key), names, n=1)
-            hint = (
-                f"; did you mean {(prefix + '.' if prefix else '') + close[0]!r}?" if close else ""
-            )
+            hint = ""
+            if close:
+                meant = (prefix + "." if prefix else "") + close[0]
+                text = _help_of(cls, close[0])
+                hint = f"; did you mean {meant!r}" + (f" ({text})?" if text else "?")
             raise ConfigError(f"unknown key {dotted!r}{hint}")
         values[key] = _convert(dotted, hints[key], value)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from llm_replay.config.parse import ConfigError
+from llm_replay.config.parse import ConfigError, setting
 
 
 @dataclass
@@ -14,9 +14,11 @@ class PromptSkipConfig:
     wrong: a zero advantage under group baselines), re-testing it with a probability that starts
     at `retest` and grows with every skip (`runtime.prompt_skip`)."""
 
-    enabled: bool = False
-    after: int = 1
-    retest: float = 0.1
+    enabled: bool = setting(False, "skip prompts whose recent groups taught nothing (sync runtime)")
+    after: int = setting(1, "skip after this many uninformative groups in a row")
+    retest: float = setting(
+        0.1, "the probability of re-testing a skipped prompt, growing with every skip"
+    )
 
     def check(self) -> None:
         if isinstance(self.after, bool) or not isinstance(self.after, int) or self.after < 1:

@@ -15,29 +15,31 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from llm_replay.config.parse import ConfigError, check_positive
+from llm_replay.config.parse import ConfigError, check_positive, setting
 
 OUTPUTS = ("sigmoid", "logit")
 
 
 @dataclass
 class RewardModelConfig:
-    path: str | None = None
-    output: str = "sigmoid"
-    success_threshold: float = 0.5
-    device: str | None = None  # where it runs; None: the policy's device (model.device)
-    batch_size: int = 64
-    max_length: int = 256
-    timeout_s: float = 60.0  # one batch's forward
-    refresh_every: int = 0  # iterations between retrainings; 0: never
-    refresh_rollouts: int = 2048  # the most recent stored rollouts a retraining learns from
-    refresh_steps: int = 40
-    refresh_batch: int = 64
-    refresh_lr: float = 3e-4
-    refresh_from: list[str] = field(default_factory=list)  # checkpoints loaded in turn instead
+    path: str | None = setting(None, "the reward model: a local one-output sequence classifier")
+    output: str = setting("sigmoid", "sigmoid (a probability) or logit (a raw score)")
+    success_threshold: float = setting(0.5, "a reward at least this counts as a success")
+    device: str | None = setting(None, "where it runs; None: the policy's device (model.device)")
+    batch_size: int = setting(64, "rows scored per forward")
+    max_length: int = setting(256, "tokens of prompt + completion scored, at most")
+    timeout_s: float = setting(60.0, "seconds one batch's forward may take")
+    refresh_every: int = setting(0, "iterations between retrainings; 0: never")
+    refresh_rollouts: int = setting(2048, "the most recent fresh rollouts a retraining learns from")
+    refresh_steps: int = setting(40, "gradient steps per retraining")
+    refresh_batch: int = setting(64, "rows per retraining step")
+    refresh_lr: float = setting(3e-4, "the retraining's learning rate")
+    refresh_from: list[str] = setting(
+        help="reward-model checkpoints loaded in turn instead of retraining", factory=list
+    )
 
     def check(self) -> None:
         if self.device is not None and not (

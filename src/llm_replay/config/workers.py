@@ -6,25 +6,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_replay.buffer.durable import FSYNC_POLICIES
-from llm_replay.config.parse import ConfigError, check_positive
+from llm_replay.config.parse import ConfigError, check_positive, setting
 
 
 @dataclass
 class WorkersConfig:
     """Asynchronous runtimes (`threaded`, `ray`): generation workers, limiter band, placement."""
 
-    count: int = 2
-    error_buffer: float | None = None
-    publish_every: int = 1
-    device: str | None = None
-    cpus_per_worker: float = 0.5
-    gpus_per_worker: float = 0.0
-    learner_cpus: float = 1.0
-    learner_gpus: float = 0.0
-    ray_address: str | None = None
-    max_restarts: int = 3
-    table_shards: int = 1
-    table_fsync: str | None = None  # None: tables in memory; "always" | "every" | "never": durable
+    count: int = setting(2, "generation workers")
+    error_buffer: float | None = setting(
+        None, "how far inserts may run ahead of samples (the rate limiter's band); None: derived"
+    )
+    publish_every: int = setting(1, "learner steps between weight publications to the workers")
+    device: str | None = setting(None, "the workers' device; None: model.device")
+    cpus_per_worker: float = setting(0.5, "Ray: CPUs reserved per generation worker")
+    gpus_per_worker: float = setting(0.0, "Ray: GPUs reserved per generation worker")
+    learner_cpus: float = setting(1.0, "Ray: CPUs reserved for the learner")
+    learner_gpus: float = setting(0.0, "Ray: GPUs reserved for the learner")
+    ray_address: str | None = setting(None, "Ray: a cluster to join; None: a local Ray")
+    max_restarts: int = setting(3, "Ray: restarts of a worker that dies")
+    table_shards: int = setting(1, "Ray: the table split over this many shard actors")
+    table_fsync: str | None = setting(
+        None, "Ray: durable tables (always | every | never fsync); None: in memory"
+    )
 
     def check(self) -> None:
         check_positive("count", self.count)
