@@ -30,7 +30,7 @@ def test_every_method_option_and_loss_knob_has_help() -> None:
 def test_llm_replay_fields_prints_defaults_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fields", "generation.temp"]) == 0
     out = capsys.readouterr().out
-    assert "generation.temperature = 1.0" in out and "sampling temperature" in out
+    assert "generation.temperature = 0.7" in out and "sampling temperature" in out
     assert "optim.lr" not in out
     assert main(["fields", "nosuch"]) == 2
 

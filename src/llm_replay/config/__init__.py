@@ -337,18 +337,51 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML file (None: defaults), apply overrides, validate everything."""
-    data: Any = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such config file")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except UnicodeDecodeError as error:
-            raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(yaml_error(path, error)) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
+    """Read a YAML file (None: defaults), apply overrides, validate everything. A file may start
+    from another with `extends: OTHER.yaml` (a path relative to the file): its mappings are
+    merged over the other's, key by key, so a preset says only what it changes."""
+    data: Any = {} if path is None else read_layered(Path(path))
     return config_from_dict(data, overrides)
+
+
+def read_layered(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """`path`'s mapping merged over the file it `extends` (and that one's, in turn)."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    if path.resolve() in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path.resolve()))
+        raise ConfigError(f"{path}: extends itself ({chain})")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(yaml_error(path, error)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: extends = {base!r}: must be a path to a YAML file")
+    parent = read_layered(path.parent / base, (*seen, path.resolve()))
+    return merged(parent, data)
+
+
+REPLACED_WHOLE = {("task", "params")}  # a dataset's parameters never mix with another's
+
+
+def merged(
+    base: dict[str, Any], top: dict[str, Any], where: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """`top` over `base`: mappings merge key by key (except `REPLACED_WHOLE`), anything else in
+    `top` replaces."""
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        at = (*where, str(key))
+        if isinstance(below, dict) and isinstance(value, dict) and at not in REPLACED_WHOLE:
+            out[key] = merged(below, value, at)
+        else:
+            out[key] = value
+    return out

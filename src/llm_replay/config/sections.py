@@ -106,7 +106,7 @@ class GenerationConfig:
     prompts_per_step: int = setting(32, "prompts drawn each iteration")
     group_size: int = setting(8, "completions per prompt (G; the group baseline needs >= 2)")
     max_new_tokens: int = setting(8, "the longest completion, in tokens")
-    temperature: float = setting(1.0, "sampling temperature (the learner uses the same)")
+    temperature: float = setting(0.7, "sampling temperature (the learner uses the same)")
     top_k: int = setting(0, "sample among the k likeliest tokens; 0: all")
     top_p: float = setting(1.0, "sample within the top-p nucleus; 1: all")
     dynamic_sampling: bool = setting(
@@ -152,7 +152,7 @@ class OptimConfig:
 
 @dataclass
 class TrainConfig:
-    iterations: int = setting(60, "generation rounds at most (the run ends at the first budget)")
+    iterations: int = setting(150, "generation rounds at most (the run ends at the first budget)")
     compute_seconds: float | None = setting(None, "a budget in measured compute seconds")
     compute_budget: float | None = setting(None, "a budget on budget_basis (e.g. 6e5 on mu_5)")
     budget_basis: str = setting(
