@@ -63,3 +63,26 @@ def test_the_controller_plot_draws_the_runs_that_log_its_signals(tmp_path) -> No
     )
     path = plot_controller("x", runs, styles, tmp_path / "c.png")
     assert path is not None and path.stat().st_size > 10_000
+
+
+def test_the_accuracy_plot_is_drawn_on_the_mu_5_axis_first(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The demo's claim is on the μ = 5 basis, so its plot draws that axis (from each eval
+    record's counts) beside measured seconds, with the machine's measured μ in the footnote."""
+    import json
+
+    from llm_replay.experiments.report import cost_curve, measured_mu, plot_accuracy_vs_compute
+
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [
+        {"kind": "eval", "eval/accuracy": 0.2, "steps": 0, "compute/seconds": 0.0,
+         "compute/tokens_generated": 0, "compute/completion_tokens_trained": 0},
+        {"kind": "train", "compute/mu": 0.37},
+        {"kind": "eval", "eval/accuracy": 0.3, "steps": 4, "compute/seconds": 9.0,
+         "compute/tokens_generated": 100, "compute/completion_tokens_trained": 250},
+    ]  # fmt: skip
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert cost_curve(run, "mu_5") == [0.0, 100 * 5 + 250]
+    assert measured_mu(run) == 0.37
+    png = plot_accuracy_vs_compute([("a run", run)], tmp_path / "plot.png")
+    assert png.stat().st_size > 10_000

@@ -1,7 +1,8 @@
 """Plots and tables from run logs (`metrics.jsonl`), so results can be redrawn without re-running.
 
 `accuracy_curve` reads the eval records of a run; `plot_accuracy_vs_compute` draws one line per
-run against measured compute seconds (evaluation time excluded). Compute-to-target ratios are
+run against compute on the μ = 5 basis, against measured compute seconds (evaluation time
+excluded) and against gradient steps. Compute-to-target ratios are
 `analysis.compare_methods`'.
 """
 
@@ -16,6 +17,7 @@ import numpy as np
 
 from llm_replay.experiments.analysis import RunCurves, on_grid
 from llm_replay.methods.anneal import STALE_MIN
+from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.metrics.logging import read_log
 
 
@@ -29,32 +31,57 @@ def accuracy_curve(run_dir: Path) -> tuple[list[float], list[float], list[int]]:
     )
 
 
+def cost_curve(run_dir: Path, basis: str) -> list[float]:
+    """The compute spent on `basis` (e.g. "mu_5") at each evaluation of a run."""
+    return [cost_on_basis(basis, r) for r in read_log(run_dir) if r.get("kind") == "eval"]
+
+
+def why_axes_differ(measured_mu: float | None) -> str:
+    """The footnote under the accuracy plot: why the μ = 5 and the measured-seconds panels differ."""
+    here = "" if measured_mu is None else f" (this machine's measured μ: {measured_mu:.2f})"
+    return (
+        "μ = 5: generating a token costs 5× training on it, as on GPUs serving real models. Where "
+        f"generation is cheaper{here}, a method that trains more per rollout looks slower in seconds."
+    )
+
+
+def measured_mu(run_dir: Path) -> float | None:
+    values = [r["compute/mu"] for r in read_log(run_dir) if r.get("compute/mu") is not None]
+    return float(values[-1]) if values else None
+
+
 def plot_accuracy_vs_compute(
     runs: Sequence[tuple[str, Path]], output: Path, *, title: str = "Held-out accuracy"
 ) -> Path:
-    """Two panels, one line per (label, run_dir): accuracy vs measured compute and vs steps."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (by_compute, by_steps) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=120, sharey=True)
+    """Three panels, one line per (label, run_dir): accuracy against compute on the μ = 5 cost
+    basis (what budgets and claims are made on), against measured seconds on this machine, and
+    against gradient steps; a footnote says why the first two differ."""
+    plt = _pyplot()
+    fig, (by_cost, by_seconds, by_steps) = plt.subplots(
+        1, 3, figsize=(15, 4.6), dpi=120, sharey=True
+    )
     for label, run_dir in runs:
         seconds, accuracy, steps = accuracy_curve(run_dir)
         percent = [100 * a for a in accuracy]
-        (line,) = by_compute.plot(seconds, percent, marker="o", markersize=3, label=label)
-        by_steps.plot(steps, percent, marker="o", markersize=3, color=line.get_color(), label=label)
+        cost = cost_curve(run_dir, "mu_5")
+        (line,) = by_cost.plot(cost, percent, marker="o", markersize=3, label=label)
+        style = {"marker": "o", "markersize": 3, "color": line.get_color(), "label": label}
+        by_seconds.plot(seconds, percent, **style)
+        by_steps.plot(steps, percent, **style)
     if runs:
         base = 100 * accuracy_curve(runs[0][1])[1][0]
-        for ax in (by_compute, by_steps):
+        for ax in (by_cost, by_seconds, by_steps):
             ax.axhline(base, color="grey", linestyle="--", linewidth=1, label="base model")
             ax.grid(alpha=0.3)
-    by_compute.set_xlabel("compute (s): generation + scoring + training, measured")
-    by_compute.set_ylabel("held-out greedy accuracy (%)")
+    by_cost.set_xlabel("compute, μ = 5 basis (tokens generated × 5 + tokens trained)")
+    by_seconds.set_xlabel("compute (s) on this machine: generation + scoring + training")
     by_steps.set_xlabel("gradient steps")
-    by_compute.legend(loc="lower right")
+    by_cost.set_ylabel("held-out greedy accuracy (%)")
+    by_cost.legend(loc="lower right")
     fig.suptitle(title)
-    fig.tight_layout()
+    note = why_axes_differ(measured_mu(runs[0][1]) if runs else None)
+    fig.text(0.5, 0.01, note, ha="center", fontsize=8, color="dimgrey")
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output)
     plt.close(fig)
