@@ -7,10 +7,10 @@ Two workloads bracket the two regimes an asynchronous replay run can be in:
   generation worker. Generation costs more per rollout than y × training, as with large models
   served for RL (the replay paper measured μ ≈ 5.3), so the learner waits for data.
 - `learner-bound`: the shipped tiny model on its chain-sum task (answers of a few tokens), the
-  `replay_uniform` preset's 32 × 8 rollouts per item, two workers. Here y × training costs more
+  `uniform` preset's 32 × 8 rollouts per item, two workers. Here y × training costs more
   than generation, so the rate limiter holds the generators back by design.
 
-Both use uniform replay with y = 2 (`configs/replay_uniform.yaml`). For each workload the threaded
+Both use uniform replay with y = 2 (`configs/uniform.yaml`). For each workload the threaded
 runtime and the sync loop run the same number of gradient steps; reported per run: μ, generator
 and learner idle shares, the table's share of learner busy time, rollouts in and samples out per
 second, and wall seconds per gradient step over the timed span (first iteration's end to last's,
@@ -36,7 +36,7 @@ from llm_replay.config import load_config
 from llm_replay.runtime import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = ROOT / "configs" / "replay_uniform.yaml"
+PRESET = ROOT / "configs" / "uniform.yaml"
 QUIET = [
     "eval.size=8",
     "eval.pass_size=0",

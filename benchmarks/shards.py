@@ -4,7 +4,7 @@ unsharded table actor, in the same run on the same Ray.
 No model: the driver plays the generation workers (threads delivering pre-built batches of 256
 rollouts of 256 + 256 tokens through the object store, as workers' results travel) and one
 thread plays the learner (drawing batches of 256 through the same client the learner actor uses,
-advancing the policy version after each). The table is the `replay_uniform` preset's (y = 2, the
+advancing the policy version after each). The table is the `uniform` preset's (y = 2, the
 ratio limiter on), so deliveries and draws are coupled exactly as in a run. Reported per setup:
 rollouts inserted and drawn per second over a fixed count of draws (count-based: `--draws`
 batches), and the ratio to the unsharded actor.
@@ -40,7 +40,7 @@ from llm_replay.runtime.shards import ShardedClient, ShardFront, shard_config
 from synthetic import fixed_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = ROOT / "configs" / "replay_uniform.yaml"
+PRESET = ROOT / "configs" / "uniform.yaml"
 BATCH = 256
 TOKENS = 256
 

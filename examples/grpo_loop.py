@@ -25,7 +25,7 @@ from llm_replay.runtime.components import Policy, build_learner, build_replay
 from llm_replay.runtime.rollouts import prompt_indices
 
 parser = argparse.ArgumentParser(description="the synchronous GRPO-with-replay loop, in full")
-parser.add_argument("--config", default="configs/replay_positive.yaml")
+parser.add_argument("--config", default="configs/positive.yaml")
 parser.add_argument("--iterations", type=int, default=30)
 parser.add_argument("--eval-every", type=int, default=10)
 args = parser.parse_args()

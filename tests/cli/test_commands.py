@@ -79,7 +79,7 @@ def test_train_then_eval_from_the_command_line(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "llm_replay.cli"]
     common = [*TINY, "--set", f"log.run_dir={run_dir}"]
     train = subprocess.run(
-        [*base, "train", "configs/replay_uniform.yaml", *common, "--set", "train.iterations=2"],
+        [*base, "train", "configs/uniform.yaml", *common, "--set", "train.iterations=2"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -94,7 +94,7 @@ def test_train_then_eval_from_the_command_line(tmp_path: Path) -> None:
         [
             *base,
             "eval",
-            "configs/replay_uniform.yaml",
+            "configs/uniform.yaml",
             *common,
             "--checkpoint",
             str(run_dir),

@@ -40,8 +40,8 @@ baseline: on_policy
 set: {TINY_SET}
 methods:
   on_policy: {{config: {ROOT / "configs/on_policy.yaml"}}}
-  uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}, set: [replay.capacity=64]}}
-  auto5:     {{config: {ROOT / "configs/replay_auto.yaml"}, set: [replay.mu=5]}}
+  uniform:   {{config: {ROOT / "configs/uniform.yaml"}, set: [replay.capacity=64]}}
+  auto5:     {{config: {ROOT / "configs/auto.yaml"}, set: [replay.mu=5]}}
 quick:
   seeds: [0]
   methods: [on_policy, auto5]
@@ -122,7 +122,7 @@ baseline: on_policy
 set: {TINY_SET}
 methods:
   on_policy: {{config: {ROOT / "configs/on_policy.yaml"}, seeds: [0, 1]}}
-  uniform:   {{config: {ROOT / "configs/replay_uniform.yaml"}, set: [replay.capacity=64]}}
+  uniform:   {{config: {ROOT / "configs/uniform.yaml"}, set: [replay.capacity=64]}}
 """
     )
     return path
@@ -337,7 +337,7 @@ def test_trl_backend_refuses_what_it_cannot_run(tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(ROOT)
     path = tmp_path / "exp.yaml"
     path.write_text(
-        "methods: {tis: {config: configs/replay_uniform.yaml, backend: trl, "
+        "methods: {tis: {config: configs/uniform.yaml, backend: trl, "
         "set: [algorithm.loss=tis]}}\nbudget: 1\neval_every: 1"
     )
     experiment = load_experiment(path)
@@ -462,7 +462,7 @@ def test_an_extended_method_continues_the_finished_runs(
         ("{config: configs/on_policy.yaml, extends: nope}", "must name another method"),
         ("{config: configs/on_policy.yaml, extends: long}", "must name another method"),
         ("{config: configs/on_policy.yaml, extends: base, set: [train.lr=0.1]}", "only the budget"),
-        ("{config: configs/replay_uniform.yaml, extends: base}", "only the budget"),
+        ("{config: configs/uniform.yaml, extends: base}", "only the budget"),
         ("{config: configs/on_policy.yaml, extends: base, budget: 1}", "is below base's"),
         ("{config: configs/on_policy.yaml, extends: base, seeds: [0, 1]}", r"seeds \[1\]"),
         ("{config: configs/on_policy.yaml, budget: 0}", r"methods.long.budget = 0"),

@@ -33,7 +33,7 @@ set: [generation.prompts_per_step=4, generation.group_size=4, train.batch_size=1
       eval.pass_size=4, "eval.pass_k=[1,2]", task.train_size=300, task.eval_size=16]
 methods:
   trl_on_policy: {{config: configs/on_policy.yaml, backend: trl}}
-  trl_positive: {{config: configs/replay_positive.yaml, backend: trl}}
+  trl_positive: {{config: configs/positive.yaml, backend: trl}}
   native_on_policy: {{config: configs/on_policy.yaml}}
 """
     )
@@ -60,7 +60,7 @@ methods:
 
 def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    args = trl_arguments(load_config("configs/replay_positive.yaml"), tmp_path)
+    args = trl_arguments(load_config("configs/positive.yaml"), tmp_path)
     assert (args.replay_method, args.replay_loss, args.scale_rewards) == (
         "positive",
         "asymre",
@@ -76,6 +76,6 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
             load_config("configs/on_policy.yaml", ["algorithm.aggregation=sequence_mean"]), tmp_path
         )
     with pytest.raises(ConfigError, match=r"generation\.skip\.enabled: not with backend 'trl'"):
-        trl_arguments(load_config("configs/replay_positive_fixed_set.yaml"), tmp_path)
-    anneal = trl_arguments(load_config("configs/replay_positive_anneal.yaml"), tmp_path)
+        trl_arguments(load_config("configs/positive_fixed_set.yaml"), tmp_path)
+    anneal = trl_arguments(load_config("configs/positive_anneal.yaml"), tmp_path)
     assert anneal.replay.options["anneal"].enabled  # the replay options reach the TRL trainer

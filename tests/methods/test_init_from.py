@@ -69,7 +69,7 @@ def test_exgrpo_reads_the_source_as_a_round_and_on_policy_refuses(tmp_path: Path
 def test_config_checks_name_the_field(tmp_path: Path) -> None:
     source = source_table(tmp_path)
     with pytest.raises(ConfigError, match=r"replay\.init_from = .*: not a table directory"):
-        load_config(ROOT / "configs/replay_uniform.yaml", [f"replay.init_from={tmp_path / 'no'}"])
+        load_config(ROOT / "configs/uniform.yaml", [f"replay.init_from={tmp_path / 'no'}"])
     with pytest.raises(ConfigError, match=r"replay\.init_from: not with method .on_policy."):
         load_config(ROOT / "configs/on_policy.yaml", [f"replay.init_from={source}"])
     with pytest.raises(ConfigError, match="runtime=threaded feeds method 'uniform'"):
@@ -77,14 +77,14 @@ def test_config_checks_name_the_field(tmp_path: Path) -> None:
 
 
 def test_a_sync_run_trains_on_the_previous_runs_table(tmp_path: Path) -> None:
-    first = tiny_config(ROOT / "configs/replay_uniform.yaml", tmp_path / "a", "train.iterations=3")
+    first = tiny_config(ROOT / "configs/uniform.yaml", tmp_path / "a", "train.iterations=3")
     trainer = SyncTrainer(first)
     trainer.run()
     trainer.save_checkpoint()
     table_dir = tmp_path / "a" / "checkpoint" / "replay" / "table"
     assert ReplayTable.read(table_dir).size > 0
     second = tiny_config(
-        ROOT / "configs/replay_uniform.yaml",
+        ROOT / "configs/uniform.yaml",
         tmp_path / "b",
         "train.iterations=2",
         f"replay.init_from={table_dir}",

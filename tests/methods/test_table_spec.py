@@ -58,7 +58,7 @@ def test_the_workers_table_is_built_from_the_config_without_building_a_method(
         raise AssertionError("a method was built")
 
     monkeypatch.setattr(ReplayMethod, "__init__", refuse)
-    config = tiny_config(ROOT / "configs/replay_positive.yaml", tmp_path, "runtime=threaded")
+    config = tiny_config(ROOT / "configs/positive.yaml", tmp_path, "runtime=threaded")
     table = build_async_table(config)
     assert table.max_rollouts == config.replay.settings.capacity
     assert table.rate_limiter.samples_per_insert == config.replay.samples_per_insert

@@ -133,7 +133,7 @@ def test_closing_the_table_wakes_a_blocked_delivery(rng: np.random.Generator) ->
 
 
 def test_async_table_band_admits_every_declared_batch() -> None:
-    config = load_config(ROOT / "configs/replay_uniform.yaml", ["runtime=threaded"])
+    config = load_config(ROOT / "configs/uniform.yaml", ["runtime=threaded"])
     table = build_async_table(config)
     limiter = table.rate_limiter
     assert limiter.samples_per_insert == 2.0
@@ -147,9 +147,7 @@ def test_async_table_band_admits_every_declared_batch() -> None:
 
 def test_a_band_too_narrow_to_be_deadlock_free_is_refused_at_load_time() -> None:
     with pytest.raises(ConfigError, match=r"workers\.error_buffer = 10.*deadlock"):
-        load_config(
-            ROOT / "configs/replay_uniform.yaml", ["runtime=threaded", "workers.error_buffer=10"]
-        )
+        load_config(ROOT / "configs/uniform.yaml", ["runtime=threaded", "workers.error_buffer=10"])
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from llm_replay.runtime.checkpoint import open_checkpoint
 from tests.conftest import ROOT, tiny_config, tiny_sets
 from tests.runtime.test_sync import DETERMINISTIC
 
-PRESET = ROOT / "configs" / "replay_uniform.yaml"
+PRESET = ROOT / "configs" / "uniform.yaml"
 ARGS = ("train.iterations=4", "log.checkpoint_every=1")
 
 

@@ -30,7 +30,7 @@ from tests.runtime.test_threaded import assert_checkpoint_loses_and_doubles_noth
 
 ray = pytest.importorskip("ray")
 
-UNIFORM = ROOT / "configs" / "replay_uniform.yaml"
+UNIFORM = ROOT / "configs" / "uniform.yaml"
 RAY_CPUS = ["workers.cpus_per_worker=0.5", "workers.learner_cpus=0.5"]
 
 
@@ -147,7 +147,7 @@ def test_user_errors_under_ray_are_one_line_and_release_the_actors(tmp_path: Pat
 @pytest.mark.slow  # 75 s
 def test_a_rounds_method_runs_and_resumes_on_ray(tmp_path: Path) -> None:
     """Fresh-anchored prioritized replay: the learner actor composes each delivered round."""
-    preset = ROOT / "configs/replay_prioritized.yaml"
+    preset = ROOT / "configs/prioritized.yaml"
     base = ["runtime=ray", "log.checkpoint_every=1", *RAY_CPUS]
     build_trainer(tiny_config(preset, tmp_path, "train.iterations=2", *base)).run()
     assert (tmp_path / "checkpoint" / "replay" / "method" / "method.json").is_file()
@@ -203,7 +203,7 @@ def test_auto_with_measured_mu_replays_on_ray(tmp_path: Path) -> None:
     """The driver's meter has μ; the learner actor's method gets it with every iteration (it
     used to see none under Ray, and `auto` never replayed there)."""
     config = tiny_config(
-        ROOT / "configs/replay_auto.yaml",
+        ROOT / "configs/auto.yaml",
         tmp_path,
         "train.iterations=3",
         "runtime=ray",
@@ -217,7 +217,7 @@ def test_auto_with_measured_mu_replays_on_ray(tmp_path: Path) -> None:
 def test_the_replay_controller_reads_a_learner_statistic_on_ray(tmp_path: Path) -> None:
     """The option lives with the learner actor (an option runs the method in rounds there)."""
     config = tiny_config(
-        ROOT / "configs/replay_uniform.yaml",
+        ROOT / "configs/uniform.yaml",
         tmp_path,
         "train.iterations=5",
         "runtime=ray",

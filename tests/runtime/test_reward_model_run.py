@@ -19,7 +19,7 @@ from tests.conftest import ROOT, tiny_config
 from tests.runtime.test_sync import run_full_and_cut, untimed_train_records
 from tests.tasks.test_reward_model import save_reward_model
 
-POSITIVE = ROOT / "configs/replay_positive.yaml"
+POSITIVE = ROOT / "configs/positive.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from llm_replay.config import ConfigError
 from llm_replay.runtime.shards import shard_config, shard_key, shard_of, split_draws
 from tests.conftest import ROOT, tiny_config
 
-UNIFORM = ROOT / "configs" / "replay_uniform.yaml"
+UNIFORM = ROOT / "configs" / "uniform.yaml"
 
 
 def test_items_go_round_robin_and_keys_stay_distinct() -> None:
@@ -50,10 +50,10 @@ def test_a_shard_holds_its_share_of_the_capacity_and_its_own_seed(tmp_path: Path
 @pytest.mark.parametrize(
     ("sets", "message", "preset"),
     [
-        (["runtime=threaded", "workers.table_shards=2"], "runtime=ray", "replay_uniform.yaml"),
-        (["runtime=sync", "workers.table_fsync=always"], "runtime=sync", "replay_uniform.yaml"),
-        (["runtime=ray", "workers.table_shards=0"], "table_shards = 0", "replay_uniform.yaml"),
-        (["runtime=ray", "workers.table_fsync=x"], "table_fsync = 'x'", "replay_uniform.yaml"),
+        (["runtime=threaded", "workers.table_shards=2"], "runtime=ray", "uniform.yaml"),
+        (["runtime=sync", "workers.table_fsync=always"], "runtime=sync", "uniform.yaml"),
+        (["runtime=ray", "workers.table_shards=0"], "table_shards = 0", "uniform.yaml"),
+        (["runtime=ray", "workers.table_fsync=x"], "table_fsync = 'x'", "uniform.yaml"),
         (["runtime=ray", "workers.table_shards=2"], "consumes", "on_policy.yaml"),
         (["runtime=ray", "workers.table_fsync=never"], "rounds", "rlep.yaml"),
     ],
@@ -66,7 +66,7 @@ def test_shards_are_refused_where_they_cannot_run(
 
 
 def test_shards_are_accepted_for_the_ratio_filled_methods(tmp_path: Path) -> None:
-    for preset in ("replay_uniform.yaml", "replay_positive.yaml"):
+    for preset in ("uniform.yaml", "positive.yaml"):
         config = tiny_config(
             ROOT / "configs" / preset, tmp_path, "runtime=ray", "workers.table_shards=2"
         )

@@ -46,7 +46,7 @@ def test_every_preset_runs_end_to_end(preset: Path, tmp_path: Path) -> None:
 
 def test_replay_reuses_rollouts_and_on_policy_does_not(tmp_path: Path) -> None:
     uniform = SyncTrainer(
-        tiny_config(ROOT / "configs/replay_uniform.yaml", tmp_path / "u", "train.iterations=3")
+        tiny_config(ROOT / "configs/uniform.yaml", tmp_path / "u", "train.iterations=3")
     )
     uniform.run()
     log = [r for r in read_log(tmp_path / "u") if r["kind"] == "train"]
@@ -123,12 +123,12 @@ def run_full_and_cut(path: Path, tmp_path: Path, *extra: str) -> None:
 def test_same_seed_same_run(tmp_path: Path) -> None:
     for name in ("a", "b"):
         SyncTrainer(
-            tiny_config(ROOT / "configs/replay_uniform.yaml", tmp_path / name, "train.iterations=3")
+            tiny_config(ROOT / "configs/uniform.yaml", tmp_path / name, "train.iterations=3")
         ).run()
     assert _train_metrics(tmp_path / "a") == _train_metrics(tmp_path / "b")
 
 
-@pytest.mark.parametrize("preset", ["replay_uniform", "replay_prioritized", "rlep", "exgrpo"])
+@pytest.mark.parametrize("preset", ["uniform", "prioritized", "rlep", "exgrpo"])
 def test_resume_matches_uninterrupted_run(preset: str, tmp_path: Path) -> None:
     run_full_and_cut(ROOT / "configs" / f"{preset}.yaml", tmp_path)
     assert _train_metrics(tmp_path / "cut") == _train_metrics(tmp_path / "full")
@@ -200,7 +200,7 @@ def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Pa
 
 def test_auto_at_low_mu_trains_on_policy(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/replay_auto.yaml",
+        ROOT / "configs/auto.yaml",
         tmp_path / "a",
         "train.iterations=3",
         "replay.mu=0.5",
@@ -238,7 +238,7 @@ def assert_auto_followed_the_measured_mu(run_dir: Path) -> None:
 
 def test_auto_with_measured_mu_replays_in_the_sync_loop(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/replay_auto.yaml", tmp_path, "train.iterations=3", *AUTO_MEASURED_MU
+        ROOT / "configs/auto.yaml", tmp_path, "train.iterations=3", *AUTO_MEASURED_MU
     )
     SyncTrainer(config).run()
     assert_auto_followed_the_measured_mu(tmp_path)
@@ -266,7 +266,7 @@ def assert_anneal_read_the_learners_m2(run_dir: Path) -> None:
 
 def test_the_replay_controller_reads_a_learner_statistic_in_the_sync_loop(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/replay_uniform.yaml", tmp_path, "train.iterations=5", *ANNEAL_ON_M2
+        ROOT / "configs/uniform.yaml", tmp_path, "train.iterations=5", *ANNEAL_ON_M2
     )
     SyncTrainer(config).run()
     assert_anneal_read_the_learners_m2(tmp_path)

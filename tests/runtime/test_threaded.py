@@ -26,7 +26,7 @@ from tests.runtime.test_sync import (
     assert_auto_followed_the_measured_mu,
 )
 
-UNIFORM = ROOT / "configs" / "replay_uniform.yaml"
+UNIFORM = ROOT / "configs" / "uniform.yaml"
 
 
 def _generator_threads() -> list[threading.Thread]:
@@ -184,7 +184,7 @@ def test_threaded_runtime_on_cuda_in_bfloat16(tmp_path: Path) -> None:
     assert summary["steps"] == 6 and summary["mu"] > 0
 
 
-@pytest.mark.parametrize("preset", ["on_policy", "replay_positive", "async_uniform"])
+@pytest.mark.parametrize("preset", ["on_policy", "positive", "async_uniform"])
 def test_every_async_preset_runs_threaded(preset: str, tmp_path: Path) -> None:
     config = tiny_config(ROOT / "configs" / f"{preset}.yaml", tmp_path, "runtime=threaded")
     config.train.iterations = 3
@@ -212,7 +212,7 @@ def test_eval_reads_a_threaded_checkpoint(tmp_path: Path) -> None:
 
 def test_auto_with_measured_mu_replays_threaded(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/replay_auto.yaml",
+        ROOT / "configs/auto.yaml",
         tmp_path,
         "train.iterations=3",
         "runtime=threaded",

@@ -21,7 +21,7 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.report import plot_accuracy_vs_compute
 
-CONFIGS = {"replay": "configs/replay_positive.yaml", "on-policy": "configs/on_policy.yaml"}
+CONFIGS = {"replay": "configs/positive.yaml", "on-policy": "configs/on_policy.yaml"}
 BASIS = "mu_5"
 BUDGET = 600_000  # on the μ = 5 basis: ≈ 117 on-policy iterations of 256 rollouts
 EVAL_EVERY = 60_000
