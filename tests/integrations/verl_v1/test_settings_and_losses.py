@@ -102,6 +102,14 @@ def test_verl_settings_a_replayed_batch_needs_are_checked_at_start(
         build(config.trainer.v1.sampler.sampler_kwargs)
 
 
+def test_asymre_in_verl_needs_the_samplers_dr_grpo_advantages() -> None:
+    config = verl_config(**{"actor_rollout_ref.actor.policy_loss.loss_mode": "llm_replay_asymre"})
+    with pytest.raises(ValueError, match=r"sampler_kwargs\.advantage = 'grpo'.*'dr_grpo'"):
+        build(config.trainer.v1.sampler.sampler_kwargs)
+    config.trainer.v1.sampler.sampler_kwargs.advantage = "dr_grpo"
+    build(config.trainer.v1.sampler.sampler_kwargs)
+
+
 def test_importance_weights_satisfy_the_correction_check() -> None:
     config = verl_config(
         **{

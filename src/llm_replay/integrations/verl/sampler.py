@@ -98,7 +98,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         except ConfigError as error:
             raise ValueError(str(error)) from None
         root = verl_root(sampler_kwargs)
-        problems = startup_problems(root, self.settings.replay.method)
+        problems = startup_problems(root, self.settings.replay.method, self.settings.advantage)
         if problems:
             raise ValueError("; ".join(problems))
         self.group_size = self.settings.group_size or _int(

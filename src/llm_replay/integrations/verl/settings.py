@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_replay.algorithms.advantages import ADVANTAGES
+from llm_replay.algorithms.losses import LOSSES
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
 
@@ -127,11 +128,19 @@ def lookup(root: Any, dotted: str) -> Any:
     return node
 
 
-def startup_problems(root: Any, method: str) -> list[str]:
+def startup_problems(root: Any, method: str, advantage: str = "grpo") -> list[str]:
     """What in verl's config would make a replayed batch wrong, each naming the setting."""
     if root is None:
         return []
     problems = []
+    mode = str(lookup(root, "actor_rollout_ref.actor.policy_loss.loss_mode") or "")
+    if mode.startswith("llm_replay_") and mode.removeprefix("llm_replay_") in LOSSES:
+        needed = LOSSES[mode.removeprefix("llm_replay_")].advantage
+        if needed is not None and needed != advantage:
+            problems.append(
+                f"{PREFIX}.advantage = {advantage!r}: loss_mode {mode} expects {needed!r} "
+                "advantages"
+            )
     estimator = lookup(root, "algorithm.adv_estimator")
     if estimator is not None and str(estimator) != "llm_replay":
         problems.append(
