@@ -127,7 +127,6 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.steps = 0
         self.issued: list[str] = []
         self.started = False
-        self.last_metrics: dict[str, float] = {}
 
     # ---------------------------------------------------------------- verl's entry point
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:  # type: ignore[type-arg]
@@ -170,17 +169,18 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.issued = uids
         self.store.prune(self._live_groups())
         self.steps += 1
-        self.last_metrics = {
-            **{f"llm_replay/{k}": float(v) for k, v in pipeline.metrics().items()},
-            "llm_replay/fresh_rows": float(fresh_rows),
-            "llm_replay/refilled_prompts": float(refilled),
-            "llm_replay/trained_rows": float(len(out_keys)),
-            "llm_replay/replayed_rows": float(
-                sum(int(np.sum(s.group_ids < first_fresh_group)) for s in samples)
-            ),
-            "llm_replay/trajectories_kept": float(len(self.store)),
-        }
-        metrics.update(self.last_metrics)
+        metrics.update(
+            {
+                **{f"llm_replay/{k}": float(v) for k, v in pipeline.metrics().items()},
+                "llm_replay/fresh_rows": float(fresh_rows),
+                "llm_replay/refilled_prompts": float(refilled),
+                "llm_replay/trained_rows": float(len(out_keys)),
+                "llm_replay/replayed_rows": float(
+                    sum(int(np.sum(s.group_ids < first_fresh_group)) for s in samples)
+                ),
+                "llm_replay/trajectories_kept": float(len(self.store)),
+            }
+        )
         return KVBatchMeta(partition_id=partition_id, keys=out_keys, tags=out_tags), metrics
 
     # ---------------------------------------------------------------- fresh rows in
