@@ -1,4 +1,5 @@
-"""A TRL GRPO script on replay: positive-biased replay with AsymRE inside trl.GRPOTrainer.
+"""A TRL GRPO script on replay: the recommended `auto` recipe inside trl.GRPOTrainer (positive-
+biased replay with AsymRE, annealed to on-policy between 10% and 60% of max_steps).
 
     python examples/trl_replay.py                  # 60 optimizer steps, ~1 minute on 2 CPU cores
     python examples/trl_replay.py --steps 4        # a shorter run (the test suite's)
@@ -22,8 +23,8 @@ from llm_replay.tasks import ReasoningGymTask
 
 parser = argparse.ArgumentParser(description="replay inside TRL's GRPOTrainer")
 parser.add_argument("--steps", type=int, default=60, help="optimizer steps (default 60)")
-parser.add_argument("--method", default="positive", help="a method of `llm-replay methods`")
-parser.add_argument("--knobs", default='{"capacity": 1024, "replay_ratio": 2}', help="JSON")
+parser.add_argument("--method", default="auto", help="a recipe or method (`llm-replay methods`)")
+parser.add_argument("--knobs", default="{}", help="the method's knobs, JSON")
 options = parser.parse_args()
 
 task = ReasoningGymTask(
@@ -43,7 +44,7 @@ def verified(completions: list[str], problem: list[int], **_: object) -> list[fl
 
 
 model, tokenizer = load_policy("builtin:tiny-chain-sum")  # or AutoModelForCausalLM.from_pretrained
-asymre = options.method == "positive"
+asymre = options.method in ("auto", "positive")
 args = ReplayGRPOConfig(
     output_dir="runs/trl_replay",
     max_steps=options.steps,

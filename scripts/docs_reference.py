@@ -15,6 +15,7 @@ from mkdocs.structure.files import File, Files
 from llm_replay.algorithms.losses import describe_losses
 from llm_replay.cli.commands import build_parser
 from llm_replay.config.describe import config_fields
+from llm_replay.config.recipes import RECIPES
 from llm_replay.methods import describe
 
 
@@ -70,9 +71,16 @@ def methods_page() -> str:
         "",
         "The replay methods and method options of the registry (`llm-replay methods`), each "
         "with its paper and knobs. A method's knobs sit under `replay:` beside `replay.method`; "
-        "an option's under `replay.<option>:`.",
+        "an option's under `replay.<option>:`. A recipe names a whole setup and is resolved "
+        "into its parts when the config is read.",
         "",
     ]
+    for recipe in RECIPES.values():
+        lines += [f"## `{recipe.name}` (recipe)", "", _cell(recipe.description), ""]
+        lines += [f"*Evidence*: {_cell(recipe.evidence)}", ""]
+        lines += ["| setting | value |", "|---|---|"]
+        lines += [f"| `{name}` | `{_cell(value)}` |" for name, value in recipe.parts()]
+        lines.append("")
     for entry in describe():
         kind = "option" if entry["kind"] == "option" else "method"
         lines += [f"## `{entry['name']}` ({kind})", "", _cell(entry["description"]), ""]

@@ -30,8 +30,8 @@ ROWS = (
     (
         "chain_sum, to on-policy's plateau",
         "experiment_plateau/against_on_policy_2x",
-        "positive_anneal",
-        "the same with the replay controller",
+        "positive_schedule",
+        "**`auto`**: the same, annealed to on-policy between 10% and 60% of the run",
     ),
     (
         "spell_backward, 3.6·10⁷ on μ = 5",
@@ -43,7 +43,7 @@ ROWS = (
         "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
         "positive_schedule",
-        "the same, annealed to on-policy by a schedule",
+        "**`auto`**: the same, annealed to on-policy between 10% and 60% of the run",
     ),
     (
         "inside TRL's GRPOTrainer, chain_sum",

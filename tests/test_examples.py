@@ -42,7 +42,9 @@ def test_train_async_example_runs() -> None:
 def test_trl_replay_example_runs() -> None:
     stdout = _run_example("trl_replay.py", "--steps", "4")
     assert re.search(r"reward \d\.\d+ -> \d\.\d+ over 4 steps", stdout)
-    assert "2 generation rounds, 512 rollouts generated, 1024 trained, buffer 512" in stdout
+    # `auto` over 4 steps of 256: y = 2 at step 0 (two steps from the first round), the schedule's
+    # scale 1 - (2/4 - 0.1)/0.5 = 0.2 at step 2 (y = 1.2: one step) and 0 at step 3 (on-policy)
+    assert "3 generation rounds, 768 rollouts generated, 1024 trained, buffer 768" in stdout
 
 
 def test_verl_example_data_is_verls_schema_and_the_model_reads_raw_text(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ set: {TINY_SET}
 methods:
   on_policy: {{config: {ROOT / "configs/on_policy.yaml"}}}
   uniform:   {{config: {ROOT / "configs/uniform.yaml"}, set: [replay.capacity=64]}}
-  auto5:     {{config: {ROOT / "configs/auto.yaml"}, set: [replay.mu=5]}}
+  auto5:     {{config: {ROOT / "configs/compute_optimal.yaml"}, set: [replay.mu=5]}}
 quick:
   seeds: [0]
   methods: [on_policy, auto5]
@@ -257,10 +257,10 @@ def test_bad_experiment_files(tmp_path: Path, text: str, message: str) -> None:
 
 def test_auto_ratio_rule() -> None:
     from llm_replay.methods import MethodContext
-    from llm_replay.methods.auto import AutoConfig, AutoReplay
+    from llm_replay.methods.compute_optimal import ComputeOptimalConfig, ComputeOptimalReplay
 
     context = MethodContext(batch_size=16, rollouts_per_step=16)
-    auto = AutoReplay(AutoConfig(rho=0.5, horizon=4, max_ratio=8), context)
+    auto = ComputeOptimalReplay(ComputeOptimalConfig(rho=0.5, horizon=4, max_ratio=8), context)
     assert auto.choose_ratio(None) == 1.0  # nothing measured yet: on-policy rate
     assert auto.choose_ratio(0.4) == 1.0  # cheap generation: no reuse
     assert auto.choose_ratio(3.0) == pytest.approx(4.0)

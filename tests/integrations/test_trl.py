@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import inspect
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -215,6 +216,26 @@ def test_asymre_trains_on_shifted_advantages_without_a_ratio(tmp_path: Path):
     np.testing.assert_allclose(shifted * 8, np.round(shifted * 8), atol=1e-5)
 
 
+def test_auto_recipe_anneals_to_on_policy_over_max_steps(tmp_path: Path):
+    config = ReplayGRPOConfig(
+        **settings(tmp_path, max_steps=10, scale_rewards="none"),
+        replay_method="auto",
+        replay_knobs={"capacity": 64},
+        replay_loss="asymre",
+    )
+    assert config.replay.method == "positive" and config.replay.settings.capacity == 64
+    anneal = dict(config.replay.enabled_options())["anneal"]
+    assert (anneal.mode, anneal.start, anneal.end) == ("schedule", 0.1, 0.6)
+    trainer = build(config)
+    trainer.train()
+    scales = [
+        r["replay/anneal/scale"] for r in trainer.state.log_history if "replay/anneal/scale" in r
+    ]
+    # full replay before 10% of max_steps, on-policy from 60%: s = 1 - (step/10 - 0.1) / 0.5
+    assert scales[0] == 1.0 and scales[-1] == 0.0, scales
+    assert all(a >= b for a, b in itertools.pairwise(scales)), scales
+
+
 def test_replay_metrics_reach_trl_logs(tmp_path: Path):
     config = ReplayGRPOConfig(
         **settings(tmp_path, max_steps=4),
@@ -312,6 +333,7 @@ def test_resume_refuses_a_checkpoint_without_replay_state(tmp_path: Path):
         ({"replay_loss": "asymre"}, "scale_rewards = 'group'"),
         ({"num_iterations": 2}, "num_iterations = 2"),
         ({"replay_correct_threshold": float("nan")}, "replay_correct_threshold"),
+        ({"replay_method": "auto"}, "replay_loss = 'trl': replay_method 'auto'"),
     ],
 )
 def test_bad_replay_fields_are_named(tmp_path: Path, fields: dict[str, Any], message: str):

@@ -9,6 +9,7 @@ import pytest
 
 from llm_replay.cli import main
 from llm_replay.config import ConfigError, load_config
+from llm_replay.config.recipes import RECIPES
 from llm_replay.methods import METHODS, OPTIONS, describe
 from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
@@ -33,7 +34,14 @@ SYNC_ONLY = {"stale_rewards": "does not carry a reward model"}  # and the refusa
 def test_methods_json_lists_every_method_and_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["methods", "--json"]) == 0
     entries = json.loads(capsys.readouterr().out)
+    recipes = [e for e in entries if e["kind"] == "recipe"]
+    assert [e["name"] for e in recipes] == list(RECIPES)  # recipes first: where to start
+    entries = entries[len(recipes) :]
     assert [e["name"] for e in entries] == [*sorted(METHODS), *sorted(OPTIONS)]
+    for entry in recipes:
+        assert entry["paper"] and entry["description"]
+        parts = {k["name"]: k["default"] for k in entry["knobs"]}
+        assert parts["replay.method"] in METHODS
     for entry in entries:
         assert {"name", "paper", "supports_async", "knobs", "description"} <= set(entry)
         assert entry["paper"] and entry["description"]
@@ -45,7 +53,7 @@ def test_methods_json_lists_every_method_and_option(capsys: pytest.CaptureFixtur
 def test_methods_table_prints(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
-    for name in METHODS:
+    for name in [*METHODS, *RECIPES]:
         assert name in out
 
 

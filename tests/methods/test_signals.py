@@ -132,8 +132,10 @@ def test_the_pipeline_feeds_the_signals_the_method_was_built_with() -> None:
 
 def test_auto_reads_mu_from_its_signals() -> None:
     context = MethodContext(batch_size=8, rollouts_per_step=8, group_size=4)
-    settings = METHODS["auto"].Config(rho=0.0, rho_online=False, horizon=2.0, max_ratio=4.0)
-    pipeline = ReplayPipeline.build("auto", settings, context)
+    settings = METHODS["compute_optimal"].Config(
+        rho=0.0, rho_online=False, horizon=2.0, max_ratio=4.0
+    )
+    pipeline = ReplayPipeline.build("compute_optimal", settings, context)
     fresh = round_of([[1, 0, 1, 1], [0, 1, 0, 0]], [[1], [2]])
     assert len(list(pipeline.batches(fresh))) == 1  # no μ yet: y = 1
     context.signals.set_mu(1.5)  # y = clip(1.5 · 2, 1, 4) = 3
@@ -141,7 +143,16 @@ def test_auto_reads_mu_from_its_signals() -> None:
     assert pipeline.method.ratio == 3.0
 
 
-EIGHT = ("on_policy", "uniform", "positive", "auto", "rlep", "prioritized", "freshper", "exgrpo")
+EIGHT = (
+    "on_policy",
+    "uniform",
+    "positive",
+    "compute_optimal",
+    "rlep",
+    "prioritized",
+    "freshper",
+    "exgrpo",
+)
 
 
 def test_the_asynchronous_mode_is_declared_and_checked() -> None:
@@ -151,7 +162,7 @@ def test_the_asynchronous_mode_is_declared_and_checked() -> None:
         "on_policy": "table",
         "uniform": "table",
         "positive": "table",
-        "auto": "rounds",
+        "compute_optimal": "rounds",
         "rlep": "rounds",
         "prioritized": "rounds",
         "freshper": "rounds",

@@ -203,7 +203,7 @@ def test_auto_with_measured_mu_replays_on_ray(tmp_path: Path) -> None:
     """The driver's meter has μ; the learner actor's method gets it with every iteration (it
     used to see none under Ray, and `auto` never replayed there)."""
     config = tiny_config(
-        ROOT / "configs/auto.yaml",
+        ROOT / "configs/compute_optimal.yaml",
         tmp_path,
         "train.iterations=3",
         "runtime=ray",

@@ -200,7 +200,7 @@ def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Pa
 
 def test_auto_at_low_mu_trains_on_policy(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/auto.yaml",
+        ROOT / "configs/compute_optimal.yaml",
         tmp_path / "a",
         "train.iterations=3",
         "replay.mu=0.5",
@@ -238,7 +238,7 @@ def assert_auto_followed_the_measured_mu(run_dir: Path) -> None:
 
 def test_auto_with_measured_mu_replays_in_the_sync_loop(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/auto.yaml", tmp_path, "train.iterations=3", *AUTO_MEASURED_MU
+        ROOT / "configs/compute_optimal.yaml", tmp_path, "train.iterations=3", *AUTO_MEASURED_MU
     )
     SyncTrainer(config).run()
     assert_auto_followed_the_measured_mu(tmp_path)

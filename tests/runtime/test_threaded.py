@@ -212,7 +212,7 @@ def test_eval_reads_a_threaded_checkpoint(tmp_path: Path) -> None:
 
 def test_auto_with_measured_mu_replays_threaded(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/auto.yaml",
+        ROOT / "configs/compute_optimal.yaml",
         tmp_path,
         "train.iterations=3",
         "runtime=threaded",

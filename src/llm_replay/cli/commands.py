@@ -74,8 +74,8 @@ def _print_registry(
         print(json.dumps(entries, indent=1, default=str))
         return 0
     table = Table(title=title)
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    for index, column in enumerate(columns):
+        table.add_column(column, overflow="fold", no_wrap=index == 0)  # names stay whole
     for entry in entries:
         knobs = ", ".join(f"{k['name']}={k['default']}" for k in entry["knobs"]) or "—"
         table.add_row(*row(entry, knobs))
@@ -84,16 +84,20 @@ def _print_registry(
 
 
 def cmd_methods(args: argparse.Namespace) -> int:
+    from llm_replay.config.recipes import RECIPES
     from llm_replay.methods import describe
 
     def row(entry: dict[str, Any], knobs: str) -> tuple[str, ...]:
+        if entry["kind"] == "recipe":
+            return entry["name"] + " (recipe)", entry["description"], entry["paper"], "—", knobs
         kind = "" if entry["kind"] == "method" else " (option)"
         supports = "yes" if entry["supports_async"] else "no: " + entry["async_note"]
         return entry["name"] + kind, entry["description"], entry["paper"], supports, knobs
 
-    title = "replay methods (replay.method) and options (replay.<option>)"
-    columns = ("name", "what it does", "paper", "async", "knobs (default)")
-    return _print_registry(args, describe(), title, columns, row)
+    entries = [recipe.describe() for recipe in RECIPES.values()] + describe()
+    title = "recipes and replay methods (replay.method), options (replay.<option>)"
+    columns = ("name", "what it does", "paper or evidence", "async", "knobs (default) or parts")
+    return _print_registry(args, entries, title, columns, row)
 
 
 def cmd_losses(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
-"""The demo: positive-biased replay with AsymRE (the best method of docs/RESULTS.md) against
-on-policy GRPO, on the same compute budget, from the shipped tiny model.
+"""The demo: the recommended `auto` recipe (positive-biased replay with AsymRE, annealed to
+on-policy between 10% and 60% of the run; docs/RESULTS.md, issue #28) against on-policy GRPO, on
+the same compute budget, from the shipped tiny model.
 
 The budget is on the μ = 5 cost basis (completion tokens generated × 5 + completion tokens
 trained on), a count, so a busy laptop and an idle server run the same steps and draw the same
@@ -21,7 +22,7 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.report import plot_accuracy_vs_compute
 
-CONFIGS = {"replay": "configs/positive.yaml", "on-policy": "configs/on_policy.yaml"}
+CONFIGS = {"replay": "configs/auto.yaml", "on-policy": "configs/on_policy.yaml"}
 BASIS = "mu_5"
 BUDGET = 600_000  # on the μ = 5 basis: ≈ 117 on-policy iterations of 256 rollouts
 EVAL_EVERY = 60_000
@@ -107,7 +108,7 @@ def run_demo(
     png = plot_accuracy_vs_compute(
         [(label, out / label) for label in summaries],
         out / "accuracy_vs_compute.png",
-        title="Tiny Qwen2 on chain_sum: positive replay + AsymRE vs on-policy",
+        title="Tiny Qwen2 on chain_sum: replay (auto) vs on-policy",
     )
     (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
     console.print(f"plot: {png}\nfigures: {out / 'demo.json'}")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
+from llm_replay.config import recipes
 from llm_replay.config.parse import (
     ConfigError,
     build,
@@ -186,9 +187,13 @@ class ReplayConfig:
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], prefix: str) -> ReplayConfig:
+        data = recipes.resolve_replay(data)
         name = data.get("method", "on_policy")
         if name not in METHODS:
-            raise ConfigError(f"{prefix}.method = {name!r}: choose one of {sorted(METHODS)}")
+            raise ConfigError(
+                f"{prefix}.method = {name!r}: choose one of {sorted(METHODS)} "
+                f"or a recipe: {sorted(recipes.RECIPES)}"
+            )
         method = METHODS[name]
         init_from = data.get("init_from")
         if init_from is not None:
@@ -333,7 +338,7 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...
                 raise ConfigError(f"--set {text!r}: {part!r} is not a section")
             node = child
         node[parts[-1]] = value
-    return typing.cast(Config, build(Config, data))
+    return typing.cast(Config, build(Config, recipes.resolve(data)))
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

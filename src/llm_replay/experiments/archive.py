@@ -104,9 +104,20 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+RENAMED = {("replay.method", "auto"): "compute_optimal"}
+"""Settings whose value was renamed since runs were archived, read as their new name: the
+compute-optimal method was `auto` until issue #28 gave that name to the recommended recipe (a
+recipe resolves to its method, so no run made since records `auto`)."""
+
+
 def protocol_differences(archived: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """`key: archived -> current` for every setting both name and that differs."""
+    """`key: archived -> current` for every setting both name and that differs (archived values
+    renamed since are read under their new name, `RENAMED`)."""
     old, new = flatten(archived), flatten(current)
+    old = {
+        key: RENAMED.get((key, value), value) if isinstance(value, str) else value
+        for key, value in old.items()
+    }
     return [
         f"{key}: {old[key]!r} -> {new[key]!r}"
         for key in sorted(old.keys() & new.keys())

@@ -330,7 +330,7 @@ def plot_delta(
 DYNAMICS = (
     ("train/age_mean", "mean age of trained rollouts (learner steps)"),
     ("train/replayed_fraction", "share of trained rollouts drawn before"),
-    ("replay/auto_ratio", "replay ratio y chosen by `auto`"),
+    ("replay/auto_ratio", "replay ratio y chosen by `compute_optimal`"),
     ("anneal/scale", "replay scale s of `replay.anneal` (1 = as configured, 0 = on-policy)"),
 )
 

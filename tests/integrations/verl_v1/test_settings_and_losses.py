@@ -110,6 +110,31 @@ def test_asymre_in_verl_needs_the_samplers_dr_grpo_advantages() -> None:
     build(config.trainer.v1.sampler.sampler_kwargs)
 
 
+def test_the_auto_recipe_brings_its_advantage_and_checks_its_loss_and_run_length() -> None:
+    config = verl_config()
+    kwargs = config.trainer.v1.sampler.sampler_kwargs
+    kwargs.method = "auto"
+    with pytest.raises(
+        ValueError, match=r"loss_mode = None: sampler_kwargs\.method 'auto'.*asymre"
+    ):
+        build(kwargs)
+    config.actor_rollout_ref.actor.policy_loss = {"loss_mode": "llm_replay_asymre"}
+    sampler = build(kwargs)  # the recipe's dr_grpo advantage pairs with AsymRE unasked
+    assert sampler.settings.advantage == "dr_grpo" and sampler.settings.recipe == "auto"
+    assert sampler.settings.replay.method == "positive" and sampler.settings.follows_progress()
+    # verl derives the run's length from the data after it builds the sampler: read at step 1
+    config.trainer.total_training_steps = None
+    sampler = build(kwargs)
+    with pytest.raises(ValueError, match=r"sampler_kwargs\.total_steps: the anneal schedule"):
+        sampler._start(1, 2)
+    config.actor_rollout_ref.actor.optim = {"total_training_steps": 30}
+    sampler = build(kwargs)
+    sampler._start(1, 2)
+    assert sampler.total_steps == 30
+    kwargs.total_steps = 20
+    assert build(kwargs).total_steps == 20
+
+
 def test_importance_weights_satisfy_the_correction_check() -> None:
     config = verl_config(
         **{

@@ -54,14 +54,15 @@ def test_verl_builds_our_sampler_callback_estimator_and_loss_from_the_documented
     config = verl_config("actor_rollout_ref.rollout.n=8", "trainer.default_local_dir=/tmp/ck")
     sampler = build_as_verl_does(config)
     assert isinstance(sampler, ReplaySampler)
-    assert sampler.settings.replay.method == "positive"
+    assert sampler.settings.recipe == "auto" and sampler.settings.replay.method == "positive"
+    assert sampler.settings.advantage == "dr_grpo" and sampler.settings.follows_progress()
     assert sampler.group_size == 8
     assert sampler.mini_batch_prompts == config.actor_rollout_ref.actor.ppo_mini_batch_size
     assert str(sampler.checkpoint_dir) == "/tmp/ck"
     assert isinstance(build_checkpoint_callback(config), ReplayCheckpointCallback)
     assert get_adv_estimator_fn(config.algorithm.adv_estimator) is estimator
     loss = get_policy_loss_fn(config.actor_rollout_ref.actor.policy_loss.loss_mode)
-    assert loss.__name__ == "llm_replay_tis"
+    assert loss.__name__ == "llm_replay_asymre"
 
 
 def test_a_bad_knob_in_the_diff_fails_when_verl_builds_the_sampler() -> None:
@@ -85,6 +86,7 @@ def test_the_example_runs_settings_are_all_verl_settings(tmp_path: Path) -> None
     assert config.reward.custom_reward_function.path == "examples/verl/reward.py"
     sampler = build_as_verl_does(config)
     assert (sampler.group_size, sampler.mini_batch_prompts) == (8, 16)
+    assert sampler.total_steps == 4  # the schedule's run length
     assert sampler.checkpoint_dir == tmp_path / "checkpoints"
 
 

@@ -17,6 +17,7 @@ from trl import GRPOConfig
 
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
+from llm_replay.config.recipes import RECIPES
 from llm_replay.methods import METHODS
 
 REPLAY_LOSSES = ("trl", "asymre")
@@ -27,7 +28,10 @@ SCALE_TO_ADVANTAGE = {"group": "grpo", "none": "dr_grpo", "batch": "grpo"}
 class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
     replay_method: str = field(
         default="on_policy",
-        metadata={"help": f"replay method of the llm-replay registry: {sorted(METHODS)}"},
+        metadata={
+            "help": f"replay method of the llm-replay registry: {sorted(METHODS)}, or a recipe: "
+            f"{sorted(RECIPES)} ('auto', the recommended default, needs replay_loss='asymre')"
+        },
     )
     replay_knobs: dict[str, Any] | str | None = field(
         default=None,
@@ -64,6 +68,13 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         self.replay = self.replay_config()
         if self.replay_loss not in REPLAY_LOSSES:
             raise ValueError(f"replay_loss = {self.replay_loss!r}: choose one of {REPLAY_LOSSES}")
+        recipe = RECIPES.get(self.replay_method)
+        if recipe is not None and recipe.loss == "asymre" and self.replay_loss != "asymre":
+            raise ValueError(
+                f"replay_loss = {self.replay_loss!r}: replay_method {recipe.name!r} is "
+                f"{recipe.description[0].lower()}{recipe.description[1:]} Set replay_loss='asymre' "
+                "and scale_rewards='none'"
+            )
         if self.replay_loss == "asymre" and self.scale_rewards != "none":
             raise ValueError(
                 f"scale_rewards = {self.scale_rewards!r}: replay_loss 'asymre' needs 'none' "
@@ -83,9 +94,10 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
 
     def replay_config(self) -> ReplayConfig:
         """The method and its knobs, validated by the registry."""
-        if self.replay_method not in METHODS:
+        if self.replay_method not in METHODS and self.replay_method not in RECIPES:
             raise ValueError(
-                f"replay_method = {self.replay_method!r}: choose one of {sorted(METHODS)}"
+                f"replay_method = {self.replay_method!r}: choose one of {sorted(METHODS)} or a "
+                f"recipe: {sorted(RECIPES)}"
             )
         knobs = self.replay_knobs
         if isinstance(knobs, str):

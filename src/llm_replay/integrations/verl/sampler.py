@@ -98,18 +98,19 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         except ConfigError as error:
             raise ValueError(str(error)) from None
         root = verl_root(sampler_kwargs)
-        problems = startup_problems(root, self.settings.replay.method, self.settings.advantage)
-        if problems:
-            raise ValueError("; ".join(problems))
+        problems = startup_problems(
+            root, self.settings.replay.method, self.settings.advantage, self.settings.recipe
+        )
         self.group_size = self.settings.group_size or _int(
             lookup(root, "actor_rollout_ref.rollout.n")
         )
         self.mini_batch_prompts = self.settings.mini_batch_prompts or _int(
             lookup(root, "actor_rollout_ref.actor.ppo_mini_batch_size")
         )
-        self.total_steps = self.settings.total_steps or _int(
-            lookup(root, "trainer.total_training_steps")
-        )
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.root = root
+        self.total_steps = self.settings.total_steps or run_length(root)
         directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
         self.checkpoint_dir = None if directory is None else Path(str(directory))
         if max_off_policy_threshold is not None and self.settings.replay.method != "on_policy":
@@ -320,6 +321,16 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 "sampler_kwargs.group_size: not given and verl's actor_rollout_ref.rollout.n "
                 "is not reachable from sampler_kwargs"
             )
+        self.total_steps = self.total_steps or run_length(self.root)
+        if self.settings.follows_progress() and not self.total_steps:
+            recipe = self.settings.recipe
+            raise ValueError(
+                "sampler_kwargs.total_steps: the anneal schedule (replay.anneal.mode=schedule"
+                + (f", part of method {recipe!r}" if recipe else "")
+                + ") follows the run's progress, and neither trainer.total_training_steps nor "
+                "the optimizer's total_training_steps verl derives from the data is reachable; "
+                "set one"
+            )
         if global_steps <= 1:
             return
         state = self._state_dir(global_steps - 1)
@@ -377,6 +388,20 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
 
 def _int(value: Any) -> int | None:
     return None if value is None or isinstance(value, bool) else int(value)
+
+
+def run_length(root: Any) -> int | None:
+    """The run's steps: `trainer.total_training_steps` where the user set it, else what verl's
+    trainer derives from the data and writes into the actor's optimizer config (in optimizer
+    updates, `parameter_sync_step` of them a step) after the sampler is built."""
+    steps = _int(lookup(root, "trainer.total_training_steps"))
+    if steps:
+        return steps
+    updates = _int(lookup(root, "actor_rollout_ref.actor.optim.total_training_steps"))
+    if not updates or updates < 0:
+        return None
+    per_step = _int(lookup(root, "trainer.v1.sync.parameter_sync_step")) or 1
+    return max(1, updates // per_step)
 
 
 def _version(tag: dict[str, Any], step: int) -> int:

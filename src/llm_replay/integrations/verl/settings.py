@@ -16,6 +16,7 @@ from llm_replay.algorithms.advantages import ADVANTAGES
 from llm_replay.algorithms.losses import LOSSES
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
+from llm_replay.config.recipes import RECIPES
 
 PREFIX = "sampler_kwargs"
 SAMPLER_KEYS = (
@@ -65,6 +66,7 @@ class SamplerSettings:
     mini_batch_prompts: int | None = None  # actor.ppo_mini_batch_size (else verl's config)
     total_steps: int | None = None  # for methods that follow the run's progress
     seed: int = 0
+    recipe: str | None = None  # the recipe `method` named (`auto`), resolved into `replay`
 
     @classmethod
     def from_kwargs(cls, sampler_kwargs: Any) -> SamplerSettings:
@@ -77,13 +79,15 @@ class SamplerSettings:
                 f"{PREFIX}.init_from: a table filled outside verl has no verl trajectories to "
                 "replay; start from an empty table"
             )
+        recipe = RECIPES.get(str(data["method"]))
         replay = ReplayConfig.from_mapping(data, PREFIX)
         threshold = own.get("correct_threshold", 1.0)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
             raise ConfigError(f"{PREFIX}.correct_threshold = {threshold!r}: must be a number")
         if not math.isfinite(threshold):
             raise ConfigError(f"{PREFIX}.correct_threshold = {threshold!r}: must be finite")
-        advantage = own.get("advantage", "grpo")
+        default_advantage = "grpo" if recipe is None else recipe.algorithm.get("advantage", "grpo")
+        advantage = own.get("advantage", default_advantage)
         if advantage not in ADVANTAGES:
             raise ConfigError(
                 f"{PREFIX}.advantage = {advantage!r}: choose one of {sorted(ADVANTAGES)}"
@@ -107,7 +111,13 @@ class SamplerSettings:
             mini_batch_prompts=_optional_int(own, "mini_batch_prompts"),
             total_steps=_optional_int(own, "total_steps"),
             seed=seed,
+            recipe=None if recipe is None else recipe.name,
         )
+
+    def follows_progress(self) -> bool:
+        """Whether the method needs the run's length (the anneal schedule, as in `auto`)."""
+        anneal = dict(self.replay.enabled_options()).get("anneal")
+        return anneal is not None and getattr(anneal, "mode", None) == "schedule"
 
 
 def verl_root(node: Any) -> Any:
@@ -128,12 +138,20 @@ def lookup(root: Any, dotted: str) -> Any:
     return node
 
 
-def startup_problems(root: Any, method: str, advantage: str = "grpo") -> list[str]:
+def startup_problems(
+    root: Any, method: str, advantage: str = "grpo", recipe: str | None = None
+) -> list[str]:
     """What in verl's config would make a replayed batch wrong, each naming the setting."""
     if root is None:
         return []
     problems = []
     mode = str(lookup(root, "actor_rollout_ref.actor.policy_loss.loss_mode") or "")
+    loss = None if recipe is None else RECIPES[recipe].loss
+    if loss is not None and mode != f"llm_replay_{loss}":
+        problems.append(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode = {mode or None!r}: {PREFIX}.method "
+            f"{recipe!r} was measured with the {loss} loss; set it to 'llm_replay_{loss}'"
+        )
     if mode.startswith("llm_replay_") and mode.removeprefix("llm_replay_") in LOSSES:
         needed = LOSSES[mode.removeprefix("llm_replay_")].advantage
         if needed is not None and needed != advantage:

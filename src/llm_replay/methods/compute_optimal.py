@@ -1,4 +1,8 @@
-"""Auto replay: uniform replay whose ratio follows the compute-optimal rule of arXiv 2604.08706.
+"""Compute-optimal replay: uniform replay whose ratio follows the rule of arXiv 2604.08706.
+
+This method was called `auto` until issue #28 gave that name to the recommended recipe
+(`methods/recipes.py`); its log keys keep the old prefix (`replay/auto_ratio`, `replay/auto_rho`)
+so that archived runs and new ones read alike.
 
 y* = μ / (ρ + 1/x): reuse grows with μ (generation cost / training cost per rollout) and shrinks
 with the staleness cost ρ; x = N/R is the buffer's horizon in rounds. μ is the run's measured
@@ -43,7 +47,7 @@ from llm_replay.methods.table_spec import TableSpec
 
 
 @dataclass
-class AutoConfig(MethodConfig):
+class ComputeOptimalConfig(MethodConfig):
     mu: float | None = knob(None, "μ to plan for; null: the run's measured μ")
     rho: float = knob(1.0, "ρ: staleness cost per round of age (the prior, with rho_online)")
     rho_online: bool = knob(True, "measure ρ from the behaviour KL of trained batches")
@@ -109,31 +113,27 @@ def optimal_ratio(mu: float, rho_per_step: float, fresh_per_batch: float, horizo
 
 
 @register
-class AutoReplay(TableReplay[AutoConfig]):
-    name = "auto"
+class ComputeOptimalReplay(TableReplay[ComputeOptimalConfig]):
+    name = "compute_optimal"
     description = "Uniform replay with y = clip(μ / (ρ + 1/x), 1, max_ratio), re-chosen each round."
     paper = "Compute-optimal replay for LLM RL (the y* rule), arXiv 2604.08706"
-    Config = AutoConfig
+    Config = ComputeOptimalConfig
     async_batches = "rounds"  # composes its own batches each round
 
     def __init__(self, settings: MethodConfig, context: Any) -> None:
         super().__init__(settings, context)
         self.ratio = 1.0
         self.staleness = StalenessMeter()
-        self.rho = float(self.auto.rho)
-
-    @property
-    def auto(self) -> AutoConfig:
-        return self.settings
+        self.rho = float(self.settings.rho)
 
     @classmethod
-    def table_spec(cls, settings: AutoConfig, context: MethodContext) -> TableSpec:
+    def table_spec(cls, settings: ComputeOptimalConfig, context: MethodContext) -> TableSpec:
         s = settings
         capacity = max(context.batch_size, round(s.horizon * context.rollouts_per_step))
         return TableSpec("uniform", capacity, {"max_age": s.max_age, "seed": context.seed})
 
     def choose_ratio(self, mu: float | None) -> float:
-        s = self.auto
+        s = self.settings
         if mu is None:
             return 1.0
         per_step = self.staleness.rho_per_step if s.rho_online else None
@@ -186,6 +186,6 @@ class AutoReplay(TableReplay[AutoConfig]):
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.ratio = float(state.get("replay_ratio", 1.0))
-        self.rho = float(state.get("rho", self.auto.rho))
+        self.rho = float(state.get("rho", self.settings.rho))
         if "staleness" in state:
             self.staleness.load_state(state["staleness"])

@@ -1,4 +1,5 @@
-"""`replay: auto` with ρ measured online: the staleness meter, the quadratic rule, the fallback."""
+"""`replay.method: compute_optimal` with ρ measured online: the staleness meter, the quadratic rule, the
+fallback."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import pytest
 
 from llm_replay.buffer import Sample
 from llm_replay.methods import MethodContext
-from llm_replay.methods.auto import AutoConfig, AutoReplay, StalenessMeter, optimal_ratio
+from llm_replay.methods.compute_optimal import (
+    ComputeOptimalConfig,
+    ComputeOptimalReplay,
+    StalenessMeter,
+    optimal_ratio,
+)
 from tests.conftest import make_batch
 
 
@@ -40,7 +46,7 @@ def test_optimal_ratio_solves_the_rule_with_steps_per_round() -> None:
     assert optimal_ratio(5.0, 0.0, 1.0, 8.0) == 40.0
 
 
-def observe(method: AutoReplay, sample: Sample, metrics: dict[str, float]) -> None:
+def observe(method: ComputeOptimalReplay, sample: Sample, metrics: dict[str, float]) -> None:
     """What the pipeline does after a step: the signals record it, then the method sees it."""
     method.context.signals.record_step(sample, metrics)
     method.observe_step(sample, metrics)
@@ -48,7 +54,7 @@ def observe(method: AutoReplay, sample: Sample, metrics: dict[str, float]) -> No
 
 def test_auto_uses_the_prior_until_it_has_measured_then_follows_the_run() -> None:
     context = MethodContext(batch_size=16, rollouts_per_step=16)
-    auto = AutoReplay(AutoConfig(rho=1.0, horizon=8, max_ratio=8), context)
+    auto = ComputeOptimalReplay(ComputeOptimalConfig(rho=1.0, horizon=8, max_ratio=8), context)
     assert auto.choose_ratio(5.0) == pytest.approx(5.0 / 1.125)  # the prior
     for age in range(1, 7):  # barely stale: KL grows 0.001 per step, 3-token completions
         observe(auto, aged_sample(age, 3), {"loss/kl_behaviour": 0.001 * age})
@@ -60,7 +66,7 @@ def test_auto_uses_the_prior_until_it_has_measured_then_follows_the_run() -> Non
     for age in range(1, 200):  # now very stale: the estimate follows and y falls
         observe(auto, aged_sample(age, 3), {"loss/kl_behaviour": 0.2 * age})
     assert 1.0 <= auto.choose_ratio(5.0) < 2.0
-    fixed = AutoReplay(AutoConfig(rho=1.0, rho_online=False), context)
+    fixed = ComputeOptimalReplay(ComputeOptimalConfig(rho=1.0, rho_online=False), context)
     for age in range(1, 7):
         observe(fixed, aged_sample(age, 3), {"loss/kl_behaviour": 0.001 * age})
     assert fixed.choose_ratio(5.0) == pytest.approx(5.0 / 1.125)
