@@ -149,7 +149,9 @@ class ReplayConfig:
     `replay.delta`); each registered option has a mapping of its own (`replay.<option>.enabled`).
     """
 
-    method: str = setting("on_policy", "the replay method (`llm-replay methods`)")
+    method: str = setting(
+        "on_policy", "the replay method, or a recipe (`auto`: the recommended default)"
+    )
     settings: MethodConfig = setting(
         help="the method's knobs (set flat under replay:)",
         factory=lambda: method_class("on_policy").Config(),

@@ -12,10 +12,10 @@ the user names no loss (its knobs belong to that loss).
 positive-biased replay with AsymRE, annealed to on-policy by a schedule (full replay until 10% of
 the budget, on-policy from 60%). On both built-in tasks it ends at or above on-policy GRPO's
 plateau, is never below on-policy's seed band at equal μ = 5 compute after the first tenth of the
-budget, and reaches on-policy's final accuracy with 0.44× (chain_sum) and 0.74× (spell_backward)
-of its compute, where positive-biased replay alone flattened 4 points below on-policy on
-spell_backward. The schedule needs the run's length: a compute budget or an iteration count here,
-`max_steps` in TRL, `total_training_steps` in verl.
+budget, and reaches on-policy's final accuracy with less of its compute (the figures are in
+RESULTS, generated from the archived runs), where positive-biased replay alone flattened below
+on-policy on spell_backward. The schedule needs the run's length: a compute budget or an
+iteration count here, `max_steps` in TRL, `total_training_steps` in verl.
 """
 
 from __future__ import annotations
@@ -74,8 +74,8 @@ RECIPES: dict[str, Recipe] = {
             "between 10% and 60% of the run."
         ),
         evidence=(
-            "docs/RESULTS.md, issue #28: at or above on-policy's plateau on chain_sum and "
-            "spell_backward with 0.44x and 0.74x of its mu=5 compute"
+            "docs/RESULTS.md, issue #28: ends at or above on-policy's plateau on chain_sum and "
+            "spell_backward with less of its compute"
         ),
         replay={
             "method": "positive",
