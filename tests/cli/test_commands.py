@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from llm_replay.cli import main
 
@@ -126,6 +127,19 @@ def test_demo_quick_writes_table_plot_and_figures(
         if ratio is not None:
             assert ratio == pytest.approx(cost / base[basis])
     assert (tmp_path / "accuracy_vs_compute.png").stat().st_size > 10_000
+
+
+def test_demo_replays_the_config_it_is_given_and_names_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "nope.yaml"]) == 2
+    assert "nope.yaml: demo config not found" in capsys.readouterr().out
+    assert not (tmp_path / "replay").exists()  # refused before anything trained
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "configs/auto.yaml"]) == 0
+    trained = yaml.safe_load((tmp_path / "replay" / "config.yaml").read_text())
+    assert trained["replay"]["method"] == "positive"
+    assert trained["replay"]["anneal"]["mode"] == "schedule"
 
 
 def test_invalid_yaml_is_one_line_with_file_line_and_column(

@@ -287,7 +287,10 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from llm_replay.cli.demo import run_demo
 
-    run_demo(Path(args.out), quick=args.quick)
+    from llm_replay.cli.demo import CONFIGS
+
+    configs = {**CONFIGS, "replay": args.replay} if args.replay else None
+    run_demo(Path(args.out), quick=args.quick, configs=configs)
     return 0
 
 
@@ -378,6 +381,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="train with replay and on-policy, compare, plot")
     demo.add_argument("--out", default="runs/demo", help="output directory")
     demo.add_argument("--quick", action="store_true", help="a few iterations only (smoke test)")
+    demo.add_argument(
+        "--replay",
+        default=None,
+        help="the replay run's config (default configs/positive.yaml: the short demo budget is "
+        "where plain replay's fast start pays; configs/auto.yaml is for runs to the plateau)",
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
