@@ -285,9 +285,7 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from llm_replay.cli.demo import run_demo
-
-    from llm_replay.cli.demo import CONFIGS
+    from llm_replay.cli.demo import CONFIGS, run_demo
 
     configs = {**CONFIGS, "replay": args.replay} if args.replay else None
     run_demo(Path(args.out), quick=args.quick, configs=configs)
