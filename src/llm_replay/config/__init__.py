@@ -25,6 +25,7 @@ from llm_replay.config.parse import (
     check_registry_knobs,
     deep_copy,
     field_names,
+    merged,
     parse_override,
     setting,
     yaml_error,
@@ -373,22 +374,3 @@ def read_layered(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(f"{path}: extends = {base!r}: must be a path to a YAML file")
     parent = read_layered(path.parent / base, (*seen, path.resolve()))
     return merged(parent, data)
-
-
-REPLACED_WHOLE = {("task", "params")}  # a dataset's parameters never mix with another's
-
-
-def merged(
-    base: dict[str, Any], top: dict[str, Any], where: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """`top` over `base`: mappings merge key by key (except `REPLACED_WHOLE`), anything else in
-    `top` replaces."""
-    out = dict(base)
-    for key, value in top.items():
-        below = out.get(key)
-        at = (*where, str(key))
-        if isinstance(below, dict) and isinstance(value, dict) and at not in REPLACED_WHOLE:
-            out[key] = merged(below, value, at)
-        else:
-            out[key] = value
-    return out

@@ -196,3 +196,22 @@ def check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         bound = ">= 0" if zero_ok else "> 0"
         raise ConfigError(f"{key} = {value!r}: must be finite and {bound}")
+
+
+REPLACED_WHOLE = {("task", "params")}  # a dataset's parameters never mix with another's
+
+
+def merged(
+    base: dict[str, Any], top: dict[str, Any], where: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """`top` over `base`: mappings merge key by key (except `REPLACED_WHOLE`), anything else in
+    `top` replaces."""
+    out = dict(base)
+    for key, value in top.items():
+        below = out.get(key)
+        at = (*where, str(key))
+        if isinstance(below, dict) and isinstance(value, dict) and at not in REPLACED_WHOLE:
+            out[key] = merged(below, value, at)
+        else:
+            out[key] = value
+    return out

@@ -24,6 +24,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_replay.config.parse import merged
+
 log = logging.getLogger(__name__)
 
 
@@ -100,15 +102,7 @@ def resolve_replay(data: dict[str, Any]) -> dict[str, Any]:
     recipe = RECIPES.get(str(data.get("method")))
     if recipe is None:
         return data
-    out = {**recipe.replay}
-    for key, value in data.items():
-        if key == "method":
-            continue
-        below = out.get(key)
-        out[key] = (
-            {**below, **value} if isinstance(below, dict) and isinstance(value, dict) else value
-        )
-    return out
+    return merged(recipe.replay, {k: v for k, v in data.items() if k != "method"})
 
 
 def resolve(data: dict[str, Any]) -> dict[str, Any]:

@@ -71,9 +71,8 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         recipe = RECIPES.get(self.replay_method)
         if recipe is not None and recipe.loss == "asymre" and self.replay_loss != "asymre":
             raise ValueError(
-                f"replay_loss = {self.replay_loss!r}: replay_method {recipe.name!r} is "
-                f"{recipe.description[0].lower()}{recipe.description[1:]} Set replay_loss='asymre' "
-                "and scale_rewards='none'"
+                f"replay_loss = {self.replay_loss!r}: replay_method {recipe.name!r} trains with "
+                "AsymRE; set replay_loss='asymre' and scale_rewards='none'"
             )
         if self.replay_loss == "asymre" and self.scale_rewards != "none":
             raise ValueError(
