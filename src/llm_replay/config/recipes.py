@@ -115,7 +115,7 @@ def resolve(data: dict[str, Any]) -> dict[str, Any]:
     out = {**data, "replay": resolve_replay(replay)}
     algorithm = data.get("algorithm")
     if algorithm is None or (isinstance(algorithm, dict) and "loss" not in algorithm):
-        out["algorithm"] = {**recipe.algorithm, **(algorithm or {})}
+        out["algorithm"] = merged(recipe.algorithm, algorithm or {})
     elif isinstance(algorithm, dict) and algorithm["loss"] != recipe.loss:
         log.warning(
             "replay.method = %r was measured with algorithm.loss = %r; this config trains with "

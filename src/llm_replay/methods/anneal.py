@@ -151,6 +151,10 @@ class Anneal(MethodOption[AnnealConfig]):
             return "it has no replay scale to move toward on-policy"
         return None
 
+    @classmethod
+    def needs_progress(cls, settings: OptionConfig) -> bool:
+        return getattr(settings, "mode", None) == "schedule"
+
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
         signals = self.context.signals
         progress = signals.progress

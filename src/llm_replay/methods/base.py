@@ -379,6 +379,12 @@ class MethodOption(ABC, Generic[OptionT]):
         """Why this option cannot be used with `method`, or None."""
         return None
 
+    @classmethod
+    def needs_progress(cls, settings: OptionConfig) -> bool:
+        """Whether, so set, the option follows the run's budget progress (`signals.progress`),
+        so a front end must know the run's length before the first round."""
+        return False
+
     def bind(self, method: ReplayMethod[Any]) -> None:
         """The method this option serves (the pipeline calls it once, after `refusal`)."""
         self._method = method

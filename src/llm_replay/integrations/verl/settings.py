@@ -17,6 +17,7 @@ from llm_replay.algorithms.losses import LOSSES
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
 from llm_replay.config.recipes import RECIPES
+from llm_replay.methods import OPTIONS
 
 PREFIX = "sampler_kwargs"
 SAMPLER_KEYS = (
@@ -115,9 +116,10 @@ class SamplerSettings:
         )
 
     def follows_progress(self) -> bool:
-        """Whether the method needs the run's length (the anneal schedule, as in `auto`)."""
-        anneal = dict(self.replay.enabled_options()).get("anneal")
-        return anneal is not None and getattr(anneal, "mode", None) == "schedule"
+        """Whether an option needs the run's length (the anneal schedule, as in `auto`)."""
+        return any(
+            OPTIONS[name].needs_progress(option) for name, option in self.replay.enabled_options()
+        )
 
 
 def verl_root(node: Any) -> Any:
