@@ -9,7 +9,7 @@ VERL_VENV  := .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: docs verl-env verl-test demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: docs verl-env verl-test install-test demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ verl-env: $(VERL_STAMP)
 verl-test: $(VERL_STAMP)
 	RAY_AUTH_MODE=disabled $(VERL_PY) -m pytest -q -p no:cacheprovider tests/integrations/verl_v1
 
+# the README's install block: build the wheel, install it into a clean venv, train from a temp dir
+install-test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider -m slow tests/test_install.py
+
 # the documentation site into build/site; strict: a broken link or reference fails the build
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
@@ -47,6 +51,7 @@ test:
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory docs
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory install-test
 	$(MAKE) --no-print-directory verl-test
 
 experiment: $(STAMP)

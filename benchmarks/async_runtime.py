@@ -10,7 +10,7 @@ Two workloads bracket the two regimes an asynchronous replay run can be in:
   `uniform` preset's 32 × 8 rollouts per item, two workers. Here y × training costs more
   than generation, so the rate limiter holds the generators back by design.
 
-Both use uniform replay with y = 2 (`configs/uniform.yaml`). For each workload the threaded
+Both use uniform replay with y = 2 (`uniform`). For each workload the threaded
 runtime and the sync loop run the same number of gradient steps; reported per run: μ, generator
 and learner idle shares, the table's share of learner busy time, rollouts in and samples out per
 second, and wall seconds per gradient step over the timed span (first iteration's end to last's,
@@ -33,10 +33,11 @@ from rich.console import Console
 from rich.table import Table
 
 from llm_replay.config import load_config
+from llm_replay.config.files import PRESETS_DIR
 from llm_replay.runtime import build_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = ROOT / "configs" / "uniform.yaml"
+PRESET = PRESETS_DIR / "uniform.yaml"
 QUIET = [
     "eval.size=8",
     "eval.pass_size=0",

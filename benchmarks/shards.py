@@ -34,13 +34,14 @@ from typing import Any
 import numpy as np
 
 from llm_replay.config import load_config
+from llm_replay.config.files import PRESETS_DIR
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.runtime.ray_actors import RemoteTable, TableActor
 from llm_replay.runtime.shards import ShardedClient, ShardFront, shard_config
 from synthetic import fixed_batch
 
 ROOT = Path(__file__).resolve().parents[1]
-PRESET = ROOT / "configs" / "uniform.yaml"
+PRESET = PRESETS_DIR / "uniform.yaml"
 BATCH = 256
 TOKENS = 256
 

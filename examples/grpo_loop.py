@@ -1,7 +1,7 @@
 """GRPO with experience replay, the loop written out: what `SyncTrainer` runs, from library parts.
 
     python examples/grpo_loop.py                      # positive-biased replay, ~1 minute on 2 cores
-    python examples/grpo_loop.py --iterations 4 --config configs/on_policy.yaml
+    python examples/grpo_loop.py --iterations 4 --config on_policy
 
 Each iteration: draw prompts, generate a group of completions per prompt with the current policy,
 score them and compute group advantages (the rollouts), hand the round to the replay method,
@@ -25,7 +25,7 @@ from llm_replay.runtime.components import Policy, build_learner, build_replay
 from llm_replay.runtime.rollouts import prompt_indices
 
 parser = argparse.ArgumentParser(description="the synchronous GRPO-with-replay loop, in full")
-parser.add_argument("--config", default="configs/positive.yaml")
+parser.add_argument("--config", default="positive")
 parser.add_argument("--iterations", type=int, default=30)
 parser.add_argument("--eval-every", type=int, default=10)
 args = parser.parse_args()

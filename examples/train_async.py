@@ -4,7 +4,7 @@
     python examples/train_async.py ray       # the same run with Ray actors (llm-replay[ray])
     python examples/train_async.py --iterations 4   # a shorter run (the test suite's)
 
-The run is `configs/async_uniform.yaml` with a shorter budget. It prints the learning result and
+The run is `async_uniform` with a shorter budget. It prints the learning result and
 how the time was used: how long generators waited on the rate limiter, how long the learner
 waited for data, the table's share of the learner's time, and the replay ratio the limiter held.
 """
@@ -33,7 +33,7 @@ if runtime == "ray":
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(Path("tmp/ray").resolve()))
 
 config = load_config(
-    "configs/async_uniform.yaml",
+    "async_uniform",
     [
         f"runtime={runtime}",
         f"train.iterations={args.iterations}",

@@ -3,7 +3,7 @@
     python examples/train_tiny.py                   # ~1 minute on 2 CPU cores
     python examples/train_tiny.py --iterations 6    # a shorter run (the test suite's)
 
-The same run as `llm-replay train configs/uniform.yaml --set train.iterations=40`: load a
+The same run as `llm-replay train uniform --set train.iterations=40`: load a
 preset, override a few fields, run the synchronous loop, read the summary and the JSONL log.
 """
 
@@ -22,7 +22,7 @@ parser.add_argument("--iterations", type=int, default=40, help="generation round
 iterations = parser.parse_args().iterations
 
 config = load_config(
-    "configs/uniform.yaml",
+    "uniform",
     [
         f"train.iterations={iterations}",
         f"eval.every={max(1, iterations // 2)}",

@@ -72,7 +72,7 @@ def test_the_loop_written_out_is_the_library_loop(tmp_path: Path) -> None:
     stdout = _run_example("grpo_loop.py", "--iterations", "4", "--eval-every", "2")
     by_hand = [float(v) for v in re.findall(r"held-out accuracy ([0-9.]+)%", stdout)]
     config = load_config(
-        ROOT / "configs/positive.yaml",
+        "positive",
         [
             "train.iterations=4",
             "eval.every=2",

@@ -112,7 +112,7 @@ def test_cli_rescores_with_the_configs_task(
     args = [
         "rescore",
         str(saved),
-        "configs/on_policy.yaml",
+        "on_policy",
         "--set",
         "task.train_size=20",
         "--set",
@@ -129,7 +129,7 @@ def test_cli_rescores_with_the_configs_task(
     other = [
         "rescore",
         str(saved),
-        "configs/on_policy.yaml",
+        "on_policy",
         "--set",
         "task.dataset=spell_backward",
         "--set",
@@ -154,7 +154,7 @@ def test_cli_rescores_with_the_configs_reward_model_and_bumps_the_version(
     table.save(tmp_path / "saved")
     sets = ["task.train_size=20", "task.eval_size=5", "task.reward=model"]
     sets.append("reward_model.path=builtin:tiny-chain-sum-reward")
-    args = ["rescore", str(tmp_path / "saved"), "configs/on_policy.yaml"]
+    args = ["rescore", str(tmp_path / "saved"), "on_policy"]
     assert main([*args, *(x for s in sets for x in ("--set", s))]) == 0
     assert "rescored 4 rollouts" in capsys.readouterr().out
     stored = ReplayTable.read(tmp_path / "saved").get_batch(keys)[0]

@@ -2,7 +2,7 @@
 built-in model with a chat template verl's agent loop can apply (it has none: it reads raw text).
 
 Runs in llm-replay's main environment (`make demo` builds it):
-    .venv/bin/python examples/verl/prepare.py --out runs/verl_tiny [--config configs/positive.yaml]
+    .venv/bin/python examples/verl/prepare.py --out runs/verl_tiny [--config positive]
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def rows(problems: list[Problem], split: str) -> pa.Table:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--config", type=Path, default=Path("configs/positive.yaml"))
+    parser.add_argument("--config", default="positive", help="a preset name or a YAML file")
     args = parser.parse_args()
     config = load_config(args.config, [])
     task = build_task(config)

@@ -2,5 +2,5 @@
 
 from llm_replay.data.rollout import Group, InvalidRolloutError, Rollout, RolloutBatch
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the release; CHANGELOG.md says what changed
 __all__ = ["Group", "InvalidRolloutError", "Rollout", "RolloutBatch", "__version__"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,16 +25,16 @@ TINY = [
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["train", "configs/on_policy.yaml", "--set", "optim.lr=-1"], "optim.lr = -1.0: must be"),
-        (["train", "configs/nope.yaml"], "no such config file"),
+        (["train", "on_policy", "--set", "optim.lr=-1"], "optim.lr = -1.0: must be"),
+        (["train", "configs/nope.yaml"], "no preset of that name"),
         (
-            ["train", "configs/on_policy.yaml", "--set", "model.path=/no/such/model"],
+            ["train", "on_policy", "--set", "model.path=/no/such/model"],
             "model.path = '/no/such/model'",
         ),
         (
             [
                 "train",
-                "configs/on_policy.yaml",
+                "on_policy",
                 "--set",
                 "task.kind=dataset",
                 "--set",
@@ -64,7 +65,7 @@ def test_bad_dataset_row_reports_its_line(
     code = main(
         [
             "train",
-            "configs/on_policy.yaml",
+            "on_policy",
             "--set",
             "task.kind=dataset",
             "--set",
@@ -80,7 +81,7 @@ def test_train_then_eval_from_the_command_line(tmp_path: Path) -> None:
     base = [sys.executable, "-m", "llm_replay.cli"]
     common = [*TINY, "--set", f"log.run_dir={run_dir}"]
     train = subprocess.run(
-        [*base, "train", "configs/uniform.yaml", *common, "--set", "train.iterations=2"],
+        [*base, "train", "uniform", *common, "--set", "train.iterations=2"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -95,7 +96,7 @@ def test_train_then_eval_from_the_command_line(tmp_path: Path) -> None:
         [
             *base,
             "eval",
-            "configs/uniform.yaml",
+            "uniform",
             *common,
             "--checkpoint",
             str(run_dir),
@@ -134,9 +135,9 @@ def test_demo_replays_the_config_it_is_given_and_names_a_missing_one(
 ) -> None:
     monkeypatch.chdir(ROOT)
     assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "nope.yaml"]) == 2
-    assert "nope.yaml: demo config not found" in capsys.readouterr().out
+    assert "config 'nope.yaml': no preset of that name" in capsys.readouterr().out
     assert not (tmp_path / "replay").exists()  # refused before anything trained
-    assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "configs/auto.yaml"]) == 0
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "auto"]) == 0
     trained = yaml.safe_load((tmp_path / "replay" / "config.yaml").read_text())
     assert trained["replay"]["method"] == "positive"
     assert trained["replay"]["anneal"]["mode"] == "schedule"
@@ -165,7 +166,7 @@ def test_files_that_are_not_utf8_are_one_line_errors(
     else:
         path = tmp_path / "d.jsonl"
         path.write_bytes(b'{"prompt": "1+1=", "answer": "2"}\n{"prompt": "\xff", "answer": "1"}\n')
-        args = ["train", "configs/on_policy.yaml", "--set", "task.kind=dataset"]
+        args = ["train", "on_policy", "--set", "task.kind=dataset"]
         args += ["--set", f"task.path={path}"]
         expected = f"{path}:2: not UTF-8"
     assert main(args) == 2
@@ -181,7 +182,7 @@ def test_long_errors_are_not_wrapped_when_piped(tmp_path: Path) -> None:
             "-m",
             "llm_replay.cli",
             "train",
-            "configs/on_policy.yaml",
+            "on_policy",
             "--set",
             f"model.path={long_path}",
         ],
@@ -205,3 +206,26 @@ def test_losses_lists_the_registry_as_a_table_and_as_json(
     assert main(["losses"]) == 0
     table = capsys.readouterr().out
     assert "algorithm.loss" in table and "m2po" in table and "needs π_prox" in table
+
+
+@pytest.mark.parametrize("field", ["model.path", "reward_model.path"])
+@pytest.mark.parametrize("keep", [5, 0.5], ids=["header", "half"])
+def test_weights_cut_short_are_one_line_naming_the_field_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], field: str, keep: float
+) -> None:
+    source = "tiny-chain-sum" if field == "model.path" else "tiny-chain-sum-reward"
+    cut = tmp_path / "cut"
+    shutil.copytree(ROOT / "src/llm_replay/assets" / source, cut)
+    weights = cut / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: int(keep if keep >= 1 else keep * len(data))])
+    run = tmp_path / "run"
+    sets = [f"{field}={cut}", f"log.run_dir={run}", "train.iterations=1"]
+    if field == "reward_model.path":
+        sets.append("task.reward=model")
+    args = ["train", "on_policy", *TINY, *(x for s in sets for x in ("--set", s))]
+    assert main(args) == 2
+    out = capsys.readouterr().out
+    assert f"{field} = '{cut}': cannot load" in out.replace("\n", "")
+    assert "Traceback" not in out and out.strip().startswith("error:")
+    assert not run.exists()

@@ -7,12 +7,9 @@ from pathlib import Path
 import pytest
 
 from llm_replay.config import Config, ConfigError, config_from_dict, load_config
+from llm_replay.config.files import PRESETS_DIR
 
-PRESETS = sorted(
-    p
-    for p in (Path(__file__).resolve().parents[2] / "configs").glob("*.yaml")
-    if not p.stem.startswith("experiment")
-)
+PRESETS = sorted(PRESETS_DIR.glob("*.yaml"))
 
 
 def test_every_method_and_option_has_a_preset() -> None:
@@ -82,7 +79,7 @@ def test_bad_values_name_the_dotted_key(overrides: list[str], message: str) -> N
 
 
 def test_bad_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no such config file"):
+    with pytest.raises(ConfigError, match=r"no preset of that name .* and no file .*missing\.yaml"):
         load_config(tmp_path / "missing.yaml")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(ConfigError, match="top level must be a mapping"):

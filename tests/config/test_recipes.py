@@ -35,15 +35,15 @@ def test_auto_is_positive_replay_with_asymre_annealed_by_the_schedule() -> None:
 
 
 def test_the_preset_is_the_measured_schedule_row_exactly() -> None:
-    measured = load_config(ROOT / "configs/positive_anneal.yaml", ["replay.anneal.mode=schedule"])
-    recipe = load_config(ROOT / "configs/auto.yaml")
+    measured = load_config("positive_anneal", ["replay.anneal.mode=schedule"])
+    recipe = load_config("auto")
     assert without_name(protocol_of(recipe)) == without_name(protocol_of(measured))
 
 
 @pytest.mark.parametrize("experiment", ["experiment.yaml", "experiment_spell.yaml"])
 def test_archived_schedule_runs_count_as_autos(experiment: str) -> None:
     """The runs behind the recipe's figures were made before it existed; the experiments now name
-    configs/auto.yaml for that row, and the archive accepts them as made under it."""
+    auto for that row, and the archive accepts them as made under it."""
     loaded = load_experiment(ROOT / "configs" / experiment)
     method = loaded.method("positive_schedule")
     for seed in (0, 1, 2):

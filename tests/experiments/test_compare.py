@@ -39,9 +39,9 @@ eval_every: 0.5
 baseline: on_policy
 set: {TINY_SET}
 methods:
-  on_policy: {{config: {ROOT / "configs/on_policy.yaml"}}}
-  uniform:   {{config: {ROOT / "configs/uniform.yaml"}, set: [replay.capacity=64]}}
-  auto5:     {{config: {ROOT / "configs/compute_optimal.yaml"}, set: [replay.mu=5]}}
+  on_policy: {{config: on_policy}}
+  uniform:   {{config: uniform, set: [replay.capacity=64]}}
+  auto5:     {{config: compute_optimal, set: [replay.mu=5]}}
 quick:
   seeds: [0]
   methods: [on_policy, auto5]
@@ -121,8 +121,8 @@ eval_every: 0.5
 baseline: on_policy
 set: {TINY_SET}
 methods:
-  on_policy: {{config: {ROOT / "configs/on_policy.yaml"}, seeds: [0, 1]}}
-  uniform:   {{config: {ROOT / "configs/uniform.yaml"}, set: [replay.capacity=64]}}
+  on_policy: {{config: on_policy, seeds: [0, 1]}}
+  uniform:   {{config: uniform, set: [replay.capacity=64]}}
 """
     )
     return path
@@ -239,13 +239,23 @@ def test_quick_selects_methods_and_seeds(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("methods: {}\nbudget: 1\neval_every: 1", "at least one method"),
-        ("methods: {a: {config: x}}\nbudget: 0\neval_every: 1", "budget = 0"),
-        ("methods: {a: {config: x}}\nbudget: 1\neval_every: 1\nbaseline: b", "baseline = 'b'"),
+        ("methods: {a: {config: on_policy}}\nbudget: 0\neval_every: 1", "budget = 0"),
+        (
+            "methods: {a: {config: on_policy}}\nbudget: 1\neval_every: 1\nbaseline: b",
+            "baseline = 'b'",
+        ),
         ("methods: {a: 3}\nbudget: 1\neval_every: 1", "methods.a: expected a mapping"),
         ("method: {}", "unknown key"),
-        ("methods: {a: {config: x}}\nbudget: 1\neval_every: 1\nseeds: []", "seeds = \\[\\]"),
+        (
+            "methods: {a: {config: on_policy}}\nbudget: 1\neval_every: 1\nseeds: []",
+            "seeds = \\[\\]",
+        ),
         ("methods: {a: {config: x, backend: verl}}\nbudget: 1\neval_every: 1", "backend = 'verl'"),
         ("methods: {a: {config: x, sett: []}}\nbudget: 1\neval_every: 1", "unknown key.*sett"),
+        (
+            "methods: {a: {config: nowhere}}\nbudget: 1\neval_every: 1",
+            r"methods\.a\.config 'nowhere': no preset of that name .* and no file .*nowhere",
+        ),
     ],
 )
 def test_bad_experiment_files(tmp_path: Path, text: str, message: str) -> None:
@@ -337,7 +347,7 @@ def test_trl_backend_refuses_what_it_cannot_run(tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(ROOT)
     path = tmp_path / "exp.yaml"
     path.write_text(
-        "methods: {tis: {config: configs/uniform.yaml, backend: trl, "
+        "methods: {tis: {config: uniform, backend: trl, "
         "set: [algorithm.loss=tis]}}\nbudget: 1\neval_every: 1"
     )
     experiment = load_experiment(path)
@@ -371,7 +381,7 @@ def write_extended_experiment(tmp_path: Path) -> Path:
     """On-policy at a rollouts budget, the same run to twice the budget by continuing it, and
     twice the budget from scratch: the continued run must log what the one from scratch does."""
     path = tmp_path / "exp.yaml"
-    on_policy = ROOT / "configs/on_policy.yaml"
+    on_policy = "on_policy"
     path.write_text(
         f"""
 name: tiny
@@ -459,21 +469,21 @@ def test_an_extended_method_continues_the_finished_runs(
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("{config: configs/on_policy.yaml, extends: nope}", "must name another method"),
-        ("{config: configs/on_policy.yaml, extends: long}", "must name another method"),
-        ("{config: configs/on_policy.yaml, extends: base, set: [train.lr=0.1]}", "only the budget"),
-        ("{config: configs/uniform.yaml, extends: base}", "only the budget"),
-        ("{config: configs/on_policy.yaml, extends: base, budget: 1}", "is below base's"),
-        ("{config: configs/on_policy.yaml, extends: base, seeds: [0, 1]}", r"seeds \[1\]"),
-        ("{config: configs/on_policy.yaml, budget: 0}", r"methods.long.budget = 0"),
+        ("{config: on_policy, extends: nope}", "must name another method"),
+        ("{config: on_policy, extends: long}", "must name another method"),
+        ("{config: on_policy, extends: base, set: [train.lr=0.1]}", "only the budget"),
+        ("{config: uniform, extends: base}", "only the budget"),
+        ("{config: on_policy, extends: base, budget: 1}", "is below base's"),
+        ("{config: on_policy, extends: base, seeds: [0, 1]}", r"seeds \[1\]"),
+        ("{config: on_policy, budget: 0}", r"methods.long.budget = 0"),
     ],
 )
 def test_bad_extensions_are_refused(tmp_path: Path, spec: str, message: str) -> None:
     path = tmp_path / "exp.yaml"
     path.write_text(
         "budget: 2\neval_every: 1\nseeds: [0, 1]\nmethods:\n"
-        "  reference: {config: configs/on_policy.yaml}\n"
-        "  base: {config: configs/on_policy.yaml, seeds: [0]}\n"
+        "  reference: {config: on_policy}\n"
+        "  base: {config: on_policy, seeds: [0]}\n"
         f"  long: {spec}\n"
     )
     with pytest.raises(ConfigError, match=message):

@@ -40,7 +40,7 @@ def settings(tmp_path: Path, **extra: Any) -> dict[str, Any]:
         "max_steps": 3,
         "learning_rate": 1e-4,
         "bf16": False,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,
         "lr_scheduler_type": "constant",
         "optim": "adamw_torch",
         "loss_type": "dapo",

@@ -32,9 +32,9 @@ baseline: trl_on_policy
 set: [generation.prompts_per_step=4, generation.group_size=4, train.batch_size=16, eval.size=16,
       eval.pass_size=4, "eval.pass_k=[1,2]", task.train_size=300, task.eval_size=16]
 methods:
-  trl_on_policy: {{config: configs/on_policy.yaml, backend: trl}}
-  trl_positive: {{config: configs/positive.yaml, backend: trl}}
-  native_on_policy: {{config: configs/on_policy.yaml}}
+  trl_on_policy: {{config: on_policy, backend: trl}}
+  trl_positive: {{config: positive, backend: trl}}
+  native_on_policy: {{config: on_policy}}
 """
     )
     assert main(["compare", str(experiment), "--quiet"]) == 0
@@ -60,7 +60,7 @@ methods:
 
 def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
-    args = trl_arguments(load_config("configs/positive.yaml"), tmp_path)
+    args = trl_arguments(load_config("positive"), tmp_path)
     assert (args.replay_method, args.replay_loss, args.scale_rewards) == (
         "positive",
         "asymre",
@@ -69,13 +69,11 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
     assert args.replay.settings.replay_ratio == 2.0
     assert (args.num_generations, args.generation_batch_size) == (8, 256)
     assert (args.per_device_train_batch_size, args.steps_per_generation) == (256, 1)
-    zero = trl_arguments(load_config("configs/zero_variance.yaml"), tmp_path)
+    zero = trl_arguments(load_config("zero_variance"), tmp_path)
     assert zero.replay.options["zero_variance"].enabled
     with pytest.raises(ConfigError, match=r"algorithm.aggregation = 'sequence_mean'"):
-        trl_arguments(
-            load_config("configs/on_policy.yaml", ["algorithm.aggregation=sequence_mean"]), tmp_path
-        )
+        trl_arguments(load_config("on_policy", ["algorithm.aggregation=sequence_mean"]), tmp_path)
     with pytest.raises(ConfigError, match=r"generation\.skip\.enabled: not with backend 'trl'"):
-        trl_arguments(load_config("configs/positive_fixed_set.yaml"), tmp_path)
-    anneal = trl_arguments(load_config("configs/positive_anneal.yaml"), tmp_path)
+        trl_arguments(load_config("positive_fixed_set"), tmp_path)
+    anneal = trl_arguments(load_config("positive_anneal"), tmp_path)
     assert anneal.replay.options["anneal"].enabled  # the replay options reach the TRL trainer

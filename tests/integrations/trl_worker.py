@@ -50,7 +50,7 @@ def main() -> None:
         max_steps=options.steps,
         learning_rate=1e-4,
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         lr_scheduler_type="constant",
         optim="adamw_torch",
         loss_type="dapo",

@@ -201,3 +201,18 @@ def test_state_round_trips_and_restores_the_methods_scale(tmp_path: Path) -> Non
     run_round(p, 5, 0.5)
     run_round(q, 5, 0.5)
     assert q.metrics() == p.metrics()
+
+
+def test_anneal_is_refused_by_name_on_methods_without_a_replay_scale_and_listed_so() -> None:
+    """The methods page says methods without a replay scale are refused by name; the registry
+    listing (`llm-replay methods --json`) and the config agree with it."""
+    from llm_replay.config import ConfigError, load_config
+    from llm_replay.methods import describe
+
+    scaled = sorted(name for name, method in METHODS.items() if method.scales_replay)
+    assert "on_policy" not in scaled and {"uniform", "positive"} <= set(scaled)
+    listed = next(e for e in describe() if e["name"] == "anneal")
+    assert listed["applies_to"] == scaled
+    for name in sorted(set(METHODS) - set(scaled)):
+        with pytest.raises(ConfigError, match=rf"not with method '{name}' \(it has no replay"):
+            load_config(None, [f"replay.method={name}", "replay.anneal.enabled=true"])

@@ -14,7 +14,7 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.methods import MethodContext, ReplayPipeline, method_class
 from llm_replay.methods.pipeline import PRELOADED_GROUPS
 from llm_replay.runtime.sync import SyncTrainer
-from tests.conftest import ROOT, make_batch, tiny_config
+from tests.conftest import make_batch, tiny_config
 
 CONTEXT = MethodContext(batch_size=16, rollouts_per_step=16, group_size=4)
 
@@ -69,22 +69,22 @@ def test_exgrpo_reads_the_source_as_a_round_and_on_policy_refuses(tmp_path: Path
 def test_config_checks_name_the_field(tmp_path: Path) -> None:
     source = source_table(tmp_path)
     with pytest.raises(ConfigError, match=r"replay\.init_from = .*: not a table directory"):
-        load_config(ROOT / "configs/uniform.yaml", [f"replay.init_from={tmp_path / 'no'}"])
+        load_config("uniform", [f"replay.init_from={tmp_path / 'no'}"])
     with pytest.raises(ConfigError, match=r"replay\.init_from: not with method .on_policy."):
-        load_config(ROOT / "configs/on_policy.yaml", [f"replay.init_from={source}"])
+        load_config("on_policy", [f"replay.init_from={source}"])
     with pytest.raises(ConfigError, match="runtime=threaded feeds method 'uniform'"):
-        load_config(ROOT / "configs/async_uniform.yaml", [f"replay.init_from={source}"])
+        load_config("async_uniform", [f"replay.init_from={source}"])
 
 
 def test_a_sync_run_trains_on_the_previous_runs_table(tmp_path: Path) -> None:
-    first = tiny_config(ROOT / "configs/uniform.yaml", tmp_path / "a", "train.iterations=3")
+    first = tiny_config("uniform", tmp_path / "a", "train.iterations=3")
     trainer = SyncTrainer(first)
     trainer.run()
     trainer.save_checkpoint()
     table_dir = tmp_path / "a" / "checkpoint" / "replay" / "table"
     assert ReplayTable.read(table_dir).size > 0
     second = tiny_config(
-        ROOT / "configs/uniform.yaml",
+        "uniform",
         tmp_path / "b",
         "train.iterations=2",
         f"replay.init_from={table_dir}",

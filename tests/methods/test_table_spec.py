@@ -8,7 +8,7 @@ from llm_replay.buffer import MinSize
 from llm_replay.methods import METHODS, MethodContext, ReplayMethod
 from llm_replay.methods.table_spec import TableSpec
 from llm_replay.runtime.async_core import build_async_table
-from tests.conftest import ROOT, tiny_config
+from tests.conftest import tiny_config
 
 CONTEXT = MethodContext(batch_size=16, rollouts_per_step=32, group_size=8, seed=3)
 
@@ -58,7 +58,7 @@ def test_the_workers_table_is_built_from_the_config_without_building_a_method(
         raise AssertionError("a method was built")
 
     monkeypatch.setattr(ReplayMethod, "__init__", refuse)
-    config = tiny_config(ROOT / "configs/positive.yaml", tmp_path, "runtime=threaded")
+    config = tiny_config("positive", tmp_path, "runtime=threaded")
     table = build_async_table(config)
     assert table.max_rollouts == config.replay.settings.capacity
     assert table.rate_limiter.samples_per_insert == config.replay.samples_per_insert

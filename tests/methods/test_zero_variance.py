@@ -12,7 +12,7 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.methods import MethodContext
 from llm_replay.methods.zero_variance import ZeroVarianceConfig, ZeroVarianceReplacement
-from tests.conftest import ROOT, make_batch
+from tests.conftest import make_batch
 
 G = 4
 
@@ -102,7 +102,7 @@ def test_methods_without_fresh_groups_refuse_it_at_load_time() -> None:
         load_config(None, ["replay.method=uniform", "replay.zero_variance.enabled=true"])
     with pytest.raises(ConfigError, match=r"replay\.zero_variance\.capacity = 0"):
         load_config(None, ["replay.zero_variance.capacity=0"])
-    config = load_config(ROOT / "configs/zero_variance.yaml")
+    config = load_config("zero_variance")
     assert [name for name, _ in config.replay.enabled_options()] == ["zero_variance"]
 
 

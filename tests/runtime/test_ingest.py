@@ -133,21 +133,21 @@ def test_closing_the_table_wakes_a_blocked_delivery(rng: np.random.Generator) ->
 
 
 def test_async_table_band_admits_every_declared_batch() -> None:
-    config = load_config(ROOT / "configs/uniform.yaml", ["runtime=threaded"])
+    config = load_config("uniform", ["runtime=threaded"])
     table = build_async_table(config)
     limiter = table.rate_limiter
     assert limiter.samples_per_insert == 2.0
     assert limiter.max_insert_batch == 256 and limiter.max_sample_batch == 256
     assert limiter.max_diff - limiter.min_diff == 2 * error_buffer(config)
     assert steps_per_iteration(config) == 2
-    on_policy_config = load_config(ROOT / "configs/on_policy.yaml", ["runtime=threaded"])
+    on_policy_config = load_config("on_policy", ["runtime=threaded"])
     on_policy = build_async_table(on_policy_config)
     assert on_policy.sampler.name == "fifo" and on_policy.eviction.max_times_sampled == 1
 
 
 def test_a_band_too_narrow_to_be_deadlock_free_is_refused_at_load_time() -> None:
     with pytest.raises(ConfigError, match=r"workers\.error_buffer = 10.*deadlock"):
-        load_config(ROOT / "configs/uniform.yaml", ["runtime=threaded", "workers.error_buffer=10"])
+        load_config("uniform", ["runtime=threaded", "workers.error_buffer=10"])
 
 
 @pytest.mark.parametrize(
@@ -162,4 +162,4 @@ def test_a_band_too_narrow_to_be_deadlock_free_is_refused_at_load_time() -> None
 )
 def test_async_config_errors_name_the_field(overrides: list[str], field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
-        load_config(ROOT / "configs/on_policy.yaml", overrides)
+        load_config("on_policy", overrides)

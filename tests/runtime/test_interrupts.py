@@ -15,13 +15,14 @@ from typing import Any
 
 import pytest
 
+from llm_replay.config.files import PRESETS_DIR
 from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.checkpoint import open_checkpoint
 from tests.conftest import ROOT, tiny_config, tiny_sets
 from tests.runtime.test_sync import DETERMINISTIC
 
-PRESET = ROOT / "configs" / "uniform.yaml"
+PRESET = PRESETS_DIR / "uniform.yaml"
 ARGS = ("train.iterations=4", "log.checkpoint_every=1")
 
 

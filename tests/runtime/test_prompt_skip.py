@@ -15,7 +15,7 @@ from llm_replay.data.rollout import RolloutBatch
 from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.prompt_skip import PromptSkipper, uninformative_groups
-from tests.conftest import ROOT, tiny_config
+from tests.conftest import tiny_config
 from tests.runtime.test_sync import run_full_and_cut, untimed_train_records
 
 
@@ -70,7 +70,7 @@ SKIP = ("generation.skip.enabled=true", "generation.skip.retest=0.2", "task.trai
 def test_a_run_skips_uninformative_prompts_and_pays_only_for_what_it_generates(
     tmp_path: Path,
 ) -> None:
-    config = tiny_config(ROOT / "configs/on_policy.yaml", tmp_path, "train.iterations=8", *SKIP)
+    config = tiny_config("on_policy", tmp_path, "train.iterations=8", *SKIP)
     summary = SyncTrainer(config).run()
     log = [r for r in read_log(tmp_path) if r["kind"] == "train"]
     last = log[-1]
@@ -83,9 +83,7 @@ def test_a_run_skips_uninformative_prompts_and_pays_only_for_what_it_generates(
 def test_a_resumed_run_skips_what_the_uninterrupted_one_does(tmp_path: Path) -> None:
     # 8 prompts a round of 24: the resume at round 3 falls where the second epoch, the one
     # that skips, begins
-    run_full_and_cut(
-        ROOT / "configs/on_policy.yaml", tmp_path, *SKIP, "generation.prompts_per_step=8"
-    )
+    run_full_and_cut("on_policy", tmp_path, *SKIP, "generation.prompts_per_step=8")
 
     assert untimed_train_records(tmp_path / "cut") == untimed_train_records(tmp_path / "full")
     assert untimed_train_records(tmp_path / "full")[-1]["skip/skipped"] > 0

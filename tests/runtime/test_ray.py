@@ -17,6 +17,7 @@ import pytest
 
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.cli import main
+from llm_replay.config.files import PRESETS_DIR
 from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
 from tests.conftest import ROOT, tiny_config, tiny_sets
@@ -30,7 +31,7 @@ from tests.runtime.test_threaded import assert_checkpoint_loses_and_doubles_noth
 
 ray = pytest.importorskip("ray")
 
-UNIFORM = ROOT / "configs" / "uniform.yaml"
+UNIFORM = PRESETS_DIR / "uniform.yaml"
 RAY_CPUS = ["workers.cpus_per_worker=0.5", "workers.learner_cpus=0.5"]
 
 
@@ -147,7 +148,7 @@ def test_user_errors_under_ray_are_one_line_and_release_the_actors(tmp_path: Pat
 @pytest.mark.slow  # 75 s
 def test_a_rounds_method_runs_and_resumes_on_ray(tmp_path: Path) -> None:
     """Fresh-anchored prioritized replay: the learner actor composes each delivered round."""
-    preset = ROOT / "configs/prioritized.yaml"
+    preset = "prioritized"
     base = ["runtime=ray", "log.checkpoint_every=1", *RAY_CPUS]
     build_trainer(tiny_config(preset, tmp_path, "train.iterations=2", *base)).run()
     assert (tmp_path / "checkpoint" / "replay" / "method" / "method.json").is_file()
@@ -203,7 +204,7 @@ def test_auto_with_measured_mu_replays_on_ray(tmp_path: Path) -> None:
     """The driver's meter has μ; the learner actor's method gets it with every iteration (it
     used to see none under Ray, and `auto` never replayed there)."""
     config = tiny_config(
-        ROOT / "configs/compute_optimal.yaml",
+        "compute_optimal",
         tmp_path,
         "train.iterations=3",
         "runtime=ray",
@@ -217,7 +218,7 @@ def test_auto_with_measured_mu_replays_on_ray(tmp_path: Path) -> None:
 def test_the_replay_controller_reads_a_learner_statistic_on_ray(tmp_path: Path) -> None:
     """The option lives with the learner actor (an option runs the method in rounds there)."""
     config = tiny_config(
-        ROOT / "configs/uniform.yaml",
+        "uniform",
         tmp_path,
         "train.iterations=5",
         "runtime=ray",

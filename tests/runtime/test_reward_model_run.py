@@ -15,11 +15,11 @@ from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.runtime.sync import SyncTrainer
 from llm_replay.tasks import SafeScorer
 from llm_replay.tasks.reward_model import ModelScorer, RewardModel
-from tests.conftest import ROOT, tiny_config
+from tests.conftest import tiny_config
 from tests.runtime.test_sync import run_full_and_cut, untimed_train_records
 from tests.tasks.test_reward_model import save_reward_model
 
-POSITIVE = ROOT / "configs/positive.yaml"
+POSITIVE = "positive"
 
 
 @pytest.fixture(scope="module")

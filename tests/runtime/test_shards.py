@@ -10,10 +10,11 @@ import pytest
 from scipy import stats
 
 from llm_replay.config import ConfigError
+from llm_replay.config.files import PRESETS_DIR
 from llm_replay.runtime.shards import shard_config, shard_key, shard_of, split_draws
-from tests.conftest import ROOT, tiny_config
+from tests.conftest import tiny_config
 
-UNIFORM = ROOT / "configs" / "uniform.yaml"
+UNIFORM = PRESETS_DIR / "uniform.yaml"
 
 
 def test_items_go_round_robin_and_keys_stay_distinct() -> None:
@@ -62,12 +63,12 @@ def test_shards_are_refused_where_they_cannot_run(
     tmp_path: Path, sets: list[str], message: str, preset: str
 ) -> None:
     with pytest.raises(ConfigError, match=message):
-        tiny_config(ROOT / "configs" / preset, tmp_path, *sets)
+        tiny_config(PRESETS_DIR / preset, tmp_path, *sets)
 
 
 def test_shards_are_accepted_for_the_ratio_filled_methods(tmp_path: Path) -> None:
     for preset in ("uniform.yaml", "positive.yaml"):
         config = tiny_config(
-            ROOT / "configs" / preset, tmp_path, "runtime=ray", "workers.table_shards=2"
+            PRESETS_DIR / preset, tmp_path, "runtime=ray", "workers.table_shards=2"
         )
         assert config.workers.sharded

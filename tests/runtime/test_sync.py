@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 from llm_replay.buffer import Sample
+from llm_replay.config.files import PRESETS_DIR
 from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
-from tests.conftest import ROOT, tiny_config
+from tests.conftest import tiny_config
 
-PRESETS = sorted(
-    p for p in (ROOT / "configs").glob("*.yaml") if not p.stem.startswith("experiment")
-)
+PRESETS = sorted(PRESETS_DIR.glob("*.yaml"))
 DETERMINISTIC = (
     "loss/policy",
     "loss/grad_norm",
@@ -45,18 +44,14 @@ def test_every_preset_runs_end_to_end(preset: Path, tmp_path: Path) -> None:
 
 
 def test_replay_reuses_rollouts_and_on_policy_does_not(tmp_path: Path) -> None:
-    uniform = SyncTrainer(
-        tiny_config(ROOT / "configs/uniform.yaml", tmp_path / "u", "train.iterations=3")
-    )
+    uniform = SyncTrainer(tiny_config("uniform", tmp_path / "u", "train.iterations=3"))
     uniform.run()
     log = [r for r in read_log(tmp_path / "u") if r["kind"] == "train"]
     # y = 2, R = 16, B = 16: two steps per iteration, and later iterations replay old rollouts
     assert [r["train/steps_this_iteration"] for r in log] == [2.0, 2.0, 2.0]
     assert log[-1]["train/replayed_fraction"] > 0 and log[-1]["train/age_max"] >= 1
     assert log[-1]["buffer/stored_reuse_mean"] > 0 and log[-1]["buffer/samples_per_insert"] == 2.0
-    on_policy = SyncTrainer(
-        tiny_config(ROOT / "configs/on_policy.yaml", tmp_path / "o", "train.iterations=3")
-    )
+    on_policy = SyncTrainer(tiny_config("on_policy", tmp_path / "o", "train.iterations=3"))
     on_policy.run()
     log = [r for r in read_log(tmp_path / "o") if r["kind"] == "train"]
     assert all(r["train/replayed_fraction"] == 0 and r["train/age_max"] == 0 for r in log)
@@ -67,7 +62,7 @@ def test_replay_reuses_rollouts_and_on_policy_does_not(tmp_path: Path) -> None:
 
 def test_rlep_restarts_from_base_and_blends_successes(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/rlep.yaml",
+        "rlep",
         tmp_path / "r",
         "train.iterations=4",
         "generation.prompts_per_step=8",
@@ -122,15 +117,13 @@ def run_full_and_cut(path: Path, tmp_path: Path, *extra: str) -> None:
 
 def test_same_seed_same_run(tmp_path: Path) -> None:
     for name in ("a", "b"):
-        SyncTrainer(
-            tiny_config(ROOT / "configs/uniform.yaml", tmp_path / name, "train.iterations=3")
-        ).run()
+        SyncTrainer(tiny_config("uniform", tmp_path / name, "train.iterations=3")).run()
     assert _train_metrics(tmp_path / "a") == _train_metrics(tmp_path / "b")
 
 
 @pytest.mark.parametrize("preset", ["uniform", "prioritized", "rlep", "exgrpo"])
 def test_resume_matches_uninterrupted_run(preset: str, tmp_path: Path) -> None:
-    run_full_and_cut(ROOT / "configs" / f"{preset}.yaml", tmp_path)
+    run_full_and_cut(PRESETS_DIR / f"{preset}.yaml", tmp_path)
     assert _train_metrics(tmp_path / "cut") == _train_metrics(tmp_path / "full")
     full = json.loads((tmp_path / "full" / "summary.json").read_text())
     cut = json.loads((tmp_path / "cut" / "summary.json").read_text())
@@ -142,7 +135,7 @@ def test_keyboard_interrupt_saves_a_resumable_checkpoint(tmp_path: Path) -> None
         if trainer.iteration == 2:
             raise KeyboardInterrupt
 
-    config = tiny_config(ROOT / "configs/on_policy.yaml", tmp_path / "r", "train.iterations=3")
+    config = tiny_config("on_policy", tmp_path / "r", "train.iterations=3")
     with pytest.raises(KeyboardInterrupt):
         SyncTrainer(config).run(on_iteration=ctrl_c)
     state = json.loads((tmp_path / "r" / "checkpoint" / "state.json").read_text())
@@ -177,7 +170,7 @@ def test_tensorboard_events_are_written(tmp_path: Path) -> None:
 
 def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/on_policy.yaml", tmp_path / "d", "train.iterations=2",
+        "on_policy", tmp_path / "d", "train.iterations=2",
         "generation.dynamic_sampling=true", "generation.prompts_per_step=8", "train.batch_size=32",
     )  # fmt: skip
     trainer = SyncTrainer(config)
@@ -200,7 +193,7 @@ def test_dynamic_sampling_keeps_informative_groups_and_pays_for_all(tmp_path: Pa
 
 def test_auto_at_low_mu_trains_on_policy(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/compute_optimal.yaml",
+        "compute_optimal",
         tmp_path / "a",
         "train.iterations=3",
         "replay.mu=0.5",
@@ -237,9 +230,7 @@ def assert_auto_followed_the_measured_mu(run_dir: Path) -> None:
 
 
 def test_auto_with_measured_mu_replays_in_the_sync_loop(tmp_path: Path) -> None:
-    config = tiny_config(
-        ROOT / "configs/compute_optimal.yaml", tmp_path, "train.iterations=3", *AUTO_MEASURED_MU
-    )
+    config = tiny_config("compute_optimal", tmp_path, "train.iterations=3", *AUTO_MEASURED_MU)
     SyncTrainer(config).run()
     assert_auto_followed_the_measured_mu(tmp_path)
 
@@ -265,8 +256,6 @@ def assert_anneal_read_the_learners_m2(run_dir: Path) -> None:
 
 
 def test_the_replay_controller_reads_a_learner_statistic_in_the_sync_loop(tmp_path: Path) -> None:
-    config = tiny_config(
-        ROOT / "configs/uniform.yaml", tmp_path, "train.iterations=5", *ANNEAL_ON_M2
-    )
+    config = tiny_config("uniform", tmp_path, "train.iterations=5", *ANNEAL_ON_M2)
     SyncTrainer(config).run()
     assert_anneal_read_the_learners_m2(tmp_path)

@@ -14,11 +14,12 @@ import torch
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.cli import main
+from llm_replay.config.files import PRESETS_DIR
 from llm_replay.metrics import read_log
 from llm_replay.runtime import build_trainer
 from llm_replay.runtime.rollouts import RolloutMaker
 from llm_replay.runtime.threaded import ThreadedTrainer, WorkerError
-from tests.conftest import ROOT, tiny_config, tiny_sets
+from tests.conftest import tiny_config, tiny_sets
 from tests.runtime.test_sync import (
     ANNEAL_ON_M2,
     AUTO_MEASURED_MU,
@@ -26,7 +27,7 @@ from tests.runtime.test_sync import (
     assert_auto_followed_the_measured_mu,
 )
 
-UNIFORM = ROOT / "configs" / "uniform.yaml"
+UNIFORM = PRESETS_DIR / "uniform.yaml"
 
 
 def _generator_threads() -> list[threading.Thread]:
@@ -186,7 +187,7 @@ def test_threaded_runtime_on_cuda_in_bfloat16(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("preset", ["on_policy", "positive", "async_uniform"])
 def test_every_async_preset_runs_threaded(preset: str, tmp_path: Path) -> None:
-    config = tiny_config(ROOT / "configs" / f"{preset}.yaml", tmp_path, "runtime=threaded")
+    config = tiny_config(PRESETS_DIR / f"{preset}.yaml", tmp_path, "runtime=threaded")
     config.train.iterations = 3
     trainer = build_trainer(config)
     summary = trainer.run()
@@ -212,7 +213,7 @@ def test_eval_reads_a_threaded_checkpoint(tmp_path: Path) -> None:
 
 def test_auto_with_measured_mu_replays_threaded(tmp_path: Path) -> None:
     config = tiny_config(
-        ROOT / "configs/compute_optimal.yaml",
+        "compute_optimal",
         tmp_path,
         "train.iterations=3",
         "runtime=threaded",

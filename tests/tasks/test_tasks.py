@@ -155,11 +155,11 @@ def test_binary_reward_turns_partial_credit_into_exact_match() -> None:
         "task.train_size=50",
         "task.eval_size=10",
     ]
-    config = load_config("configs/on_policy.yaml", [*overrides, "task.reward=binary"])
+    config = load_config("on_policy", [*overrides, "task.reward=binary"])
     task = build_task(config)
     problem = task.eval[0]
     near_miss = problem.answer[:-1] + ("a" if problem.answer[-1] != "a" else "b")
-    partial = build_scorer(load_config("configs/on_policy.yaml", overrides), task)
+    partial = build_scorer(load_config("on_policy", overrides), task)
     binary = build_scorer(config, task)
     try:
         graded = partial.score([problem.answer, near_miss, ""], [problem] * 3)
@@ -169,4 +169,4 @@ def test_binary_reward_turns_partial_credit_into_exact_match() -> None:
         partial.close()
         binary.close()
     with pytest.raises(ConfigError, match="reward = 'exact'"):
-        load_config("configs/on_policy.yaml", ["task.reward=exact"])
+        load_config("on_policy", ["task.reward=exact"])

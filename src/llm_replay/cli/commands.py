@@ -1,5 +1,5 @@
-"""`llm-replay train | eval | compare | report | methods | losses | inspect | rescore | demo`: the
-terminal front end (the library itself only logs).
+"""`llm-replay train | eval | compare | report | presets | methods | losses | fields | inspect |
+rescore | demo`: the terminal front end (the library itself only logs).
 
 Errors a user can fix (bad config, bad dataset row, missing model, broken checkpoint) are printed
 as one line naming the field, with exit status 2 — no traceback.
@@ -17,6 +17,7 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from llm_replay import __version__
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.cli.progress import console, print_summary, run_training
 from llm_replay.config import ConfigError, load_config
@@ -98,6 +99,35 @@ def cmd_methods(args: argparse.Namespace) -> int:
     title = "recipes and replay methods (replay.method), options (replay.<option>)"
     columns = ("name", "what it does", "paper or evidence", "async", "knobs (default) or parts")
     return _print_registry(args, entries, title, columns, row)
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from llm_replay.config.files import Preset, presets
+
+    if args.show:
+        print(Preset.read(args.show).resolved_yaml(), end="")
+        return 0
+    shipped = presets()
+    if args.json:
+        entries = [
+            {"name": p.name, "extends": p.extends, "summary": p.summary, "file": str(p.path)}
+            for p in shipped
+        ]
+        print(json.dumps(entries, indent=1))
+        return 0
+    table = Table(title="presets: `llm-replay train NAME`, `extends: NAME`, `config: NAME`")
+    table.add_column("name", no_wrap=True)
+    table.add_column("extends", no_wrap=True)
+    table.add_column("what it is", overflow="fold")
+    for preset in shipped:
+        table.add_row(preset.name, preset.extends or "—", preset.summary)
+    console.print(table)
+    console.print(
+        "[dim]llm-replay presets --show NAME prints one with its extends merged in, to copy and "
+        "edit[/]",
+        highlight=False,
+    )
+    return 0
 
 
 def cmd_losses(args: argparse.Namespace) -> int:
@@ -311,15 +341,16 @@ def cmd_fields(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llm-replay", description="Experience replay for LLM RL.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a policy from a YAML config")
-    train.add_argument("config", help="YAML config (see configs/)")
+    train.add_argument("config", help="a preset's name (`llm-replay presets`) or a YAML file")
     train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override")
     train.add_argument("--resume", action="store_true", help="continue from RUN_DIR/checkpoint")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=cmd_train)
     ev = sub.add_parser("eval", help="evaluate a model or a run's checkpoint on the eval split")
-    ev.add_argument("config", help="YAML config naming the model and task")
+    ev.add_argument("config", help="a preset's name or a YAML file naming the model and task")
     ev.add_argument("--checkpoint", help="a run directory or its checkpoint/ to load weights from")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ev.add_argument("--json", help="also write the metrics to this JSON file")
@@ -357,6 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     fields = sub.add_parser("fields", help="list every config field with its default and help")
     fields.add_argument("prefix", nargs="?", default="", help="only these, e.g. generation")
     fields.set_defaults(func=cmd_fields)
+    presets = sub.add_parser("presets", help="list the shipped presets, or print one whole")
+    presets.add_argument("--show", metavar="NAME", help="print preset NAME resolved, as YAML")
+    presets.add_argument("--json", action="store_true", help="print the list as JSON")
+    presets.set_defaults(func=cmd_presets)
     methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")
     methods.add_argument("--json", action="store_true", help="print the registry as JSON")
     methods.set_defaults(func=cmd_methods)
@@ -372,7 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(func=cmd_inspect)
     rescore = sub.add_parser("rescore", help="re-score a stored table with a config's task")
     rescore.add_argument("table", help="a table directory (ReplayTable.save or ReplayTable.open)")
-    rescore.add_argument("config", help="YAML config naming the task, model (tokenizer), advantage")
+    rescore.add_argument(
+        "config", help="a preset or YAML file naming the task, model (tokenizer), advantage"
+    )
     rescore.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     rescore.add_argument("--dry-run", action="store_true", help="report, change nothing")
     rescore.set_defaults(func=cmd_rescore)
@@ -382,8 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--replay",
         default=None,
-        help="the replay run's config (default configs/positive.yaml: the short demo budget is "
-        "where plain replay's fast start pays; configs/auto.yaml is for runs to the plateau)",
+        help="the replay run's config (default positive: the short demo budget is "
+        "where plain replay's fast start pays; auto is for runs to the plateau)",
     )
     demo.set_defaults(func=cmd_demo)
     return parser

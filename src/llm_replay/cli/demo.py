@@ -5,7 +5,7 @@ The demo's budget (6·10⁵ on μ = 5, ~3 minutes) is a short run far below on-p
 setting where replay's fast start is the whole story, so it runs plain positive-biased replay.
 `auto` (the recommended default for runs trained to the plateau) hands replay back to on-policy
 between 10% and 60% of the budget, which on this short budget cuts the fast start short
-(docs/RESULTS.md, "Training demo": `--replay configs/auto.yaml`).
+(docs/RESULTS.md, "Training demo": `--replay auto`).
 
 The budget is on the μ = 5 cost basis (completion tokens generated × 5 + completion tokens
 trained on), a count, so a busy laptop and an idle server run the same steps and draw the same
@@ -23,11 +23,11 @@ from typing import Any
 from rich.table import Table
 
 from llm_replay.cli.progress import console, print_summary, run_training
-from llm_replay.config import ConfigError, load_config
+from llm_replay.config import load_config
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.report import plot_accuracy_vs_compute
 
-CONFIGS = {"replay": "configs/positive.yaml", "on-policy": "configs/on_policy.yaml"}
+CONFIGS = {"replay": "positive", "on-policy": "on_policy"}
 BASIS = "mu_5"
 BUDGET = 600_000  # on the μ = 5 basis: ≈ 117 on-policy iterations of 256 rollouts
 EVAL_EVERY = 60_000
@@ -37,6 +37,14 @@ MU_SENTENCE = (
     "large models served for RL, where generation dominates, while this machine's measured μ "
     "is lower (it trains a tiny model on a CPU), so replay saves less there."
 )
+
+
+NEXT_STEPS = """what to read next:
+  llm-replay presets              the shipped presets, one line each; train any by name
+  llm-replay train auto           the recommended default, for runs to the plateau
+  llm-replay presets --show auto  a preset written out whole, to copy and edit
+  llm-replay methods              every replay method and option, with its paper and knobs
+  the documentation site (`make docs` in a clone): reading-results, methods, RESULTS"""
 
 
 def _overrides(out: Path, name: str, quick: bool) -> list[str]:
@@ -59,10 +67,11 @@ def run_demo(
 ) -> dict[str, Any]:
     configs = configs or CONFIGS
     summaries: dict[str, dict[str, Any]] = {}
-    for label, path in configs.items():
-        if not Path(path).is_file():
-            raise ConfigError(f"{path}: demo config not found (run from the repository root)")
-        config = load_config(path, _overrides(out, label, quick))
+    loaded = {
+        label: load_config(path, _overrides(out, label, quick)) for label, path in configs.items()
+    }
+    for label, config in loaded.items():
+        path = configs[label]
         console.rule(f"[bold]{label}[/]: {path}")
         summaries[label] = run_training(config)
     print_summary(list(summaries.values()))
@@ -116,7 +125,8 @@ def run_demo(
         title="Tiny Qwen2 on chain_sum: replay vs on-policy",
     )
     (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
-    console.print(f"plot: {png}\nfigures: {out / 'demo.json'}")
+    console.print(f"plot: {png.resolve()}\nfigures: {(out / 'demo.json').resolve()}")
+    console.print(NEXT_STEPS, highlight=False, soft_wrap=True)
     return result
 
 

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
 from llm_replay.config import recipes
+from llm_replay.config.files import find_config, read_layered
 from llm_replay.config.parse import (
     ConfigError,
     build,
@@ -25,10 +24,8 @@ from llm_replay.config.parse import (
     check_registry_knobs,
     deep_copy,
     field_names,
-    merged,
     parse_override,
     setting,
-    yaml_error,
 )
 from llm_replay.config.reward_model import RewardModelConfig, check_reward_model_use
 from llm_replay.config.sections import (
@@ -345,32 +342,9 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a YAML file (None: defaults), apply overrides, validate everything. A file may start
-    from another with `extends: OTHER.yaml` (a path relative to the file): its mappings are
+    """Read a config (None: defaults), apply overrides, validate everything. `path` is a shipped
+    preset's name (`auto`; `llm-replay presets` lists them) or a YAML file. A config may start
+    from another with `extends: OTHER` (a preset name, or a file beside it): its mappings are
     merged over the other's, key by key, so a preset says only what it changes."""
-    data: Any = {} if path is None else read_layered(Path(path))
+    data: Any = {} if path is None else read_layered(find_config(path))
     return config_from_dict(data, overrides)
-
-
-def read_layered(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """`path`'s mapping merged over the file it `extends` (and that one's, in turn)."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
-    if path.resolve() in seen:
-        chain = " -> ".join(str(p) for p in (*seen, path.resolve()))
-        raise ConfigError(f"{path}: extends itself ({chain})")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(yaml_error(path, error)) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    base = data.pop("extends", None)
-    if base is None:
-        return data
-    if not isinstance(base, str):
-        raise ConfigError(f"{path}: extends = {base!r}: must be a path to a YAML file")
-    parent = read_layered(path.parent / base, (*seen, path.resolve()))
-    return merged(parent, data)

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from llm_replay.config import ConfigError, load_config
+from llm_replay.config.files import find_config, preset_path
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.archive import (
     ArchiveMismatch,
@@ -161,7 +162,7 @@ def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = 
         methods.append(
             Method(
                 str(name),
-                str(spec["config"]),
+                _config_of(spec["config"], path.parent, f"methods.{name}.config"),
                 tuple(spec.get("set", [])),
                 backend,
                 None if own_seeds is None else tuple(own_seeds),
@@ -274,6 +275,12 @@ def _check_extensions(methods: list[Method], seeds: list[int], budget: float) ->
 def _check_seeds(key: str, seeds: Any) -> None:
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
         raise ConfigError(f"{key} = {seeds!r}: must be a non-empty list of integers")
+
+
+def _config_of(text: Any, beside: Path, key: str) -> str:
+    """A method's `config:`: a preset's name as written, or the file beside the experiment."""
+    found = find_config(str(text), beside, what=key)
+    return str(text) if preset_path(str(text)) == found else str(found)
 
 
 def run_config(experiment: Experiment, method: Method, seed: int) -> Any:

@@ -7,10 +7,14 @@ of each sampled token is read from the very distribution it was drawn from
 `torch.Generator` on the model's device (seeded, saved in checkpoints). A row that emits EOS stops: later
 positions are padding, not part of its completion. The batch runs until its longest completion
 ends, as batched generation does, and `padded_tokens` counts what that costs.
+
+The KV cache is passed under the name the model's `forward` takes: `cache` from transformers 5.24
+on, `past_key_values` before (verl's environment pins 5.10), so neither warns nor breaks.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +23,12 @@ import torch
 
 from llm_replay.generation.base import Generation, SamplingParams
 from llm_replay.generation.distribution import entropy, sampling_logprobs
+
+
+def cache_keyword(model: Any) -> str:
+    """The name under which `model.forward` takes and returns its KV cache."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class HFGenerator:
@@ -31,6 +41,7 @@ class HFGenerator:
         self.policy_version = 0
         self.device = next(model.parameters()).device
         self.rng = self.seeded_rng(seed)
+        self.cache_keyword = cache_keyword(model)
 
     def seeded_rng(self, seed: int) -> torch.Generator:
         """A generator on the model's device, so sampling never copies the distribution to CPU."""
@@ -69,7 +80,7 @@ class HFGenerator:
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        cache, logits = out.past_key_values, out.logits[:, -1, :]
+        cache, logits = getattr(out, self.cache_keyword), out.logits[:, -1, :]
         next_position = positions[:, -1] + 1
 
         n_rows, steps = len(rows), params.max_new_tokens
@@ -99,10 +110,10 @@ class HFGenerator:
                 input_ids=token[:, None],
                 attention_mask=mask,
                 position_ids=next_position[:, None],
-                past_key_values=cache,
                 use_cache=True,
+                **{self.cache_keyword: cache},
             )
-            cache, logits = out.past_key_values, out.logits[:, -1, :]
+            cache, logits = getattr(out, self.cache_keyword), out.logits[:, -1, :]
             next_position = next_position + 1
         if was_training:
             self.model.train()

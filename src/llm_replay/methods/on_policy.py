@@ -22,6 +22,7 @@ class OnPolicy(TableReplay[OnPolicyConfig]):
     Config = OnPolicyConfig
     consumes_rollouts = True
     trains_fresh_groups = True
+    scales_replay = False  # it replays nothing, so there is no replay to move toward on-policy
     preload_refusal = "it trains each rollout once, as it is generated: nothing to start from"
 
     @classmethod

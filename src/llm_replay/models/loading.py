@@ -40,6 +40,19 @@ def resolve_model_path(path: str, field: str = "model.path") -> Path:
     return resolved
 
 
+def load_errors() -> tuple[type[BaseException], ...]:
+    """What `from_pretrained` raises for a directory that is there but does not load: a missing
+    or unreadable file, a bad config, and weights cut short or corrupt (`SafetensorError`)."""
+    from safetensors import SafetensorError
+
+    return (OSError, ValueError, KeyError, SafetensorError)
+
+
+def cannot_load(field: str, path: str, error: BaseException) -> ModelLoadError:
+    """One line naming the setting: `model.path = '…': cannot load (why)`."""
+    return ModelLoadError(f"{field} = {path!r}: cannot load ({' '.join(str(error).split())})")
+
+
 def resolve_dtype(dtype: str, device: str) -> str:
     """`auto` means bfloat16 on CUDA and float32 on the CPU; any other name passes through."""
     if dtype == "auto":
@@ -63,8 +76,8 @@ def load_policy(path: str, *, device: str = "cpu", dtype: str = "auto") -> tuple
         model = AutoModelForCausalLM.from_pretrained(
             directory, local_files_only=True, dtype=torch_dtype[dtype]
         )
-    except (OSError, ValueError, KeyError) as error:
-        raise ModelLoadError(f"model.path = {path!r}: cannot load ({error})") from None
+    except load_errors() as error:
+        raise cannot_load("model.path", path, error) from None
     if tokenizer.eos_token_id is None:
         raise ModelLoadError(f"model.path = {path!r}: the tokenizer has no eos token")
     if tokenizer.pad_token_id is None:

@@ -24,7 +24,12 @@ from typing import Any
 import numpy as np
 
 from llm_replay.data.rollout import RolloutBatch
-from llm_replay.models.loading import ModelLoadError, resolve_model_path
+from llm_replay.models.loading import (
+    ModelLoadError,
+    cannot_load,
+    load_errors,
+    resolve_model_path,
+)
 from llm_replay.tasks.base import Problem, Task
 from llm_replay.tasks.rewards import RewardCounts
 
@@ -57,8 +62,8 @@ class RewardModel:
             model = AutoModelForSequenceClassification.from_pretrained(
                 directory, local_files_only=True, dtype=torch.float32
             )
-        except (OSError, ValueError, KeyError) as error:
-            raise ModelLoadError(f"{FIELD} = {path!r}: cannot load ({error})") from None
+        except load_errors() as error:
+            raise cannot_load(FIELD, path, error) from None
         if model.config.num_labels != 1:
             raise ModelLoadError(
                 f"{FIELD} = {path!r}: the classifier has {model.config.num_labels} labels; a "

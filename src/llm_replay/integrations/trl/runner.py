@@ -103,7 +103,7 @@ def trl_arguments(
         epsilon_high=epsilon_high,
         beta=a.kl_coef,
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
         use_cpu=True,
         seed=t.seed,
         max_steps=10**9,
