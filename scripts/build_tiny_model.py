@@ -4,6 +4,8 @@
     python scripts/build_tiny_model.py --task spell_backward --steps 400 \
         --out src/llm_replay/assets/tiny-spell-backward
     python scripts/build_tiny_model.py --task '{"dataset": "leg_counting", ...}' --out DIR
+    python scripts/build_tiny_model.py --task count_bits --stop-at 0.2 \
+        --out src/llm_replay/assets/tiny-count-bits
 
 `--task` is a built-in task's name (`llm_replay.tasks.builtin`) or a JSON object of
 `ReasoningGymTask` arguments (dataset, params, prompt_template, strip_spaces, seed, eval_seed).
@@ -12,6 +14,14 @@ Reproducible for a seed on CPU. Supervised training on `prompt + answer + <eos>`
 answer and EOS only) for a fixed number of steps leaves the model with a moderate pass rate, so
 RL has room to improve it. The eval split is never trained on. Writes the model and tokenizer with
 `save_pretrained` plus `build.json` (settings, base accuracy, seconds).
+
+`--stop-at ACC` stops instead at the first check (every `--check-every` steps, at most `--steps`)
+where greedy accuracy on `CHECK_SIZE` problems reaches ACC, so every task of the suite starts
+from about the same accuracy however hard it is to learn. The check problems come from the eval
+side of the split (the eval split's distribution: train-side problems repeat, and a model that
+has memorised the frequent ones reads high there and low on held-out problems) but from another
+seed's stream (`eval_seed + CHECK_SEED_OFFSET`), so the eval split itself is not looked at until
+the end.
 """
 
 from __future__ import annotations
@@ -28,7 +38,10 @@ from transformers import AutoModelForCausalLM
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.models import build_char_tokenizer, encode_prompts, tiny_qwen2_config
 from llm_replay.tasks import ReasoningGymTask
-from llm_replay.tasks.builtin import BUILTIN_TASKS
+from llm_replay.tasks.builtin import ANSWER_TOKENS, BUILTIN_TASKS
+
+CHECK_SIZE = 200
+CHECK_SEED_OFFSET = 1000
 
 
 def task_spec(text: str) -> dict:
@@ -45,8 +58,7 @@ def task_spec(text: str) -> dict:
     return spec
 
 
-def greedy_accuracy(model, tokenizer, task, limit: int, max_new_tokens: int) -> float:
-    problems = task.eval[:limit]
+def greedy_accuracy(model, tokenizer, task, problems, max_new_tokens: int) -> float:
     generator = HFGenerator(model, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
     prompts = encode_prompts(tokenizer, [p.prompt for p in problems], "off")
     sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0)
@@ -59,12 +71,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="chain_sum", help="built-in task name or JSON spec")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--max-new-tokens", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stop-at", type=float, default=None, help="greedy accuracy to stop at")
+    parser.add_argument("--check-every", type=int, default=10)
     args = parser.parse_args()
+    if args.max_new_tokens is None:
+        args.max_new_tokens = ANSWER_TOKENS.get(args.task, 12)
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -75,6 +91,10 @@ def main() -> None:
     task = ReasoningGymTask(spec["dataset"], train_size=20_000, eval_size=500, **arguments)
     rng = np.random.default_rng(args.seed)
     eos = tokenizer.eos_token_id
+    check_arguments = {**arguments, "eval_seed": arguments.get("eval_seed", 2) + CHECK_SEED_OFFSET}
+    check = ReasoningGymTask(
+        spec["dataset"], train_size=1, eval_size=CHECK_SIZE, **check_arguments
+    ).eval
     encoded = [
         (encode_prompts(tokenizer, [p.prompt], "off")[0], tokenizer(p.answer)["input_ids"] + [eos])
         for p in task.train
@@ -98,16 +118,23 @@ def main() -> None:
         optimizer.step()
         if (step + 1) % 50 == 0:
             print(f"step {step + 1}: loss {loss.item():.3f}")
+        if args.stop_at is not None and (step + 1) % args.check_every == 0:
+            reached = greedy_accuracy(model, tokenizer, task, check, args.max_new_tokens)
+            model.train()
+            print(f"step {step + 1}: check accuracy {reached:.3f}")
+            if reached >= args.stop_at:
+                break
+    steps = step + 1
     seconds = time.perf_counter() - start
-    accuracy = greedy_accuracy(
-        model, tokenizer, task, limit=500, max_new_tokens=args.max_new_tokens
-    )
+    accuracy = greedy_accuracy(model, tokenizer, task, task.eval[:500], args.max_new_tokens)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
     info = {
         "task": spec,
-        "steps": args.steps,
+        "steps": steps,
+        **({"stop_at": args.stop_at, "check_every": args.check_every} if args.stop_at else {}),
+        "max_new_tokens": args.max_new_tokens,
         "batch_size": args.batch_size,
         "lr": args.lr,
         "seed": args.seed,

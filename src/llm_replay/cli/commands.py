@@ -151,8 +151,11 @@ def cmd_losses(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from llm_replay.experiments.compare import load_experiment, parse_part, run_experiment
+    from llm_replay.experiments.suite import is_suite
 
     part = parse_part(args.part)
+    if is_suite(args.experiment):
+        return _compare_suite(args, part)
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
     only = None if args.methods is None else [m for m in args.methods.split(",") if m]
     summary = run_experiment(experiment, progress=not args.quiet, part=part, only=only)
@@ -169,9 +172,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_suite(args: argparse.Namespace, part: tuple[int, int]) -> int:
+    from llm_replay.experiments.suite import load_suite, run_suite
+
+    suite = load_suite(args.experiment, quick=args.quick, out=args.out)
+    only = None if args.methods is None else [m for m in args.methods.split(",") if m]
+    run_suite(suite, progress=not args.quiet, part=part, only=only)
+    return _report_suite(args, suite)
+
+
+def _report_suite(args: argparse.Namespace, suite: Any) -> int:
+    from llm_replay.experiments.suite import report_suite, suite_markdown
+
+    reading = report_suite(suite, getattr(args, "baseline", None))
+    print(suite_markdown(reading))
+    if reading["waiting_tasks"]:
+        console.print(f"no finished baseline run yet: {', '.join(reading['waiting_tasks'])}")
+    if not getattr(args, "markdown", False):
+        for plot in reading["plots"]:
+            console.print(f"plot: {plot}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from llm_replay.experiments.compare import load_experiment, summarise, with_baseline
+    from llm_replay.experiments.suite import is_suite, load_suite
 
+    if is_suite(args.experiment):
+        return _report_suite(args, load_suite(args.experiment, quick=args.quick, out=args.out))
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
     dest = None
     if args.baseline is not None:

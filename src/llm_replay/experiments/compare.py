@@ -33,6 +33,7 @@ import yaml
 
 from llm_replay.config import ConfigError, load_config
 from llm_replay.config.files import find_config, preset_path
+from llm_replay.config.parse import yaml_error
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.archive import (
     ArchiveMismatch,
@@ -114,14 +115,32 @@ KEYS = {
 }
 
 
-def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = None) -> Experiment:
-    """Read and validate an experiment file; `quick` applies its `quick:` section on top."""
+def read_experiment_file(path: str | Path) -> dict[str, Any]:
+    """An experiment (or suite) file's top-level mapping."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such experiment file")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(yaml_error(path, error)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
+    return data
+
+
+def load_experiment(path: str | Path, *, quick: bool = False, out: str | None = None) -> Experiment:
+    """Read and validate an experiment file; `quick` applies its `quick:` section on top."""
+    path = Path(path)
+    return experiment_from_mapping(read_experiment_file(path), path, quick=quick, out=out)
+
+
+def experiment_from_mapping(
+    data: dict[str, Any], path: Path, *, quick: bool = False, out: str | None = None
+) -> Experiment:
+    """An experiment from its file's mapping (`path` names it in errors, and preset paths are
+    found beside it)."""
+    data = dict(data)
     unknown = set(data) - KEYS
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(KEYS)}")
@@ -336,6 +355,7 @@ def run_experiment(
     progress: bool = True,
     part: tuple[int, int] = (1, 1),
     only: Sequence[str] | None = None,
+    runs: Sequence[tuple[Method, int]] | None = None,
 ) -> dict[str, Any] | None:
     """Run every method × seed not yet done, then summarise and plot what is finished.
 
@@ -343,19 +363,14 @@ def run_experiment(
     `part=(I, N)` then runs only every N-th of them starting at the I-th, so N processes (one per
     core, or per machine sharing the archive) split an experiment without running anything
     twice; each summarises whatever is finished when it ends (None: a part ended before any
-    baseline run was finished, so there is nothing to compare yet)."""
+    baseline run was finished, so there is nothing to compare yet). `runs` (a suite's share of
+    its tasks' runs) replaces that selection, and then nothing is summarised."""
     from llm_replay.cli.progress import console
 
     i, n = part
-    planned = experiment.planned()
-    if only is not None:
-        unknown = sorted(set(only) - {m.name for m in experiment.methods})
-        if unknown or not only:
-            raise ConfigError(
-                f"methods = {sorted(only)}: name one or more of {[m.name for m in experiment.methods]}"
-            )
-        planned = [(m, s) for m, s in planned if m.name in only]
-    configs = [(m, s, run_config(experiment, m, s)) for m, s in planned[i - 1 :: n]]
+    planned = planned_runs(experiment, only)
+    selected = planned[i - 1 :: n] if runs is None else list(runs)
+    configs = [(m, s, run_config(experiment, m, s)) for m, s in selected]
     if experiment.archive is not None:  # refuse a stale archive before anything runs
         for method, seed, config in configs:
             _restore(experiment.archive, config.run_dir, method.name, seed, config)
@@ -372,6 +387,8 @@ def run_experiment(
         _run(experiment, method, seed, config, progress)
         if experiment.archive is not None:
             archive_run(config.run_dir, experiment.archive, method.name, seed, protocol_of(config))
+    if runs is not None:  # a suite's share: the suite reads its tasks together
+        return None
     baseline_done = any(
         (experiment.run_dir(experiment.baseline, s) / SUMMARY_FILE).is_file()
         or _archived(experiment, experiment.baseline, s)
@@ -380,6 +397,21 @@ def run_experiment(
     if not baseline_done and (n > 1 or only is not None):
         return None
     return summarise(experiment)
+
+
+def planned_runs(
+    experiment: Experiment, only: Sequence[str] | None = None
+) -> list[tuple[Method, int]]:
+    """The experiment's (method, seed) runs in order, only the methods `only` names if given."""
+    planned = experiment.planned()
+    if only is None:
+        return planned
+    unknown = sorted(set(only) - {m.name for m in experiment.methods})
+    if unknown or not only:
+        raise ConfigError(
+            f"methods = {sorted(only)}: name one or more of {[m.name for m in experiment.methods]}"
+        )
+    return [(m, s) for m, s in planned if m.name in only]
 
 
 def _run(experiment: Experiment, method: Method, seed: int, config: Any, progress: bool) -> None:

@@ -7,12 +7,33 @@
   iteration's cost. Partial credit for a correct prefix; a rollout is correct at reward 1.
   Model: `builtin:tiny-spell-backward`.
 
+The suite (issue #38), tasks of other kinds to choose a default on, each with its own tiny model
+(`builtin:tiny-<name with dashes>`) SFT'd until it starts near 20% greedy accuracy
+(`scripts/build_tiny_model.py --task NAME --stop-at 0.2`):
+
+- `count_bits` (counting): the number of 1 bits of n ≤ 1023, as `245#` → `6`.
+- `letter_counting` (counting over text): how often a letter occurs in three to six words, as
+  `h:['hundred']=` → `1`.
+- `base_conversion` (algorithmic): a number ≤ 255 from one base in 2–10 to another, as
+  `1001_3>7=` → `40`.
+- `gcd` (arithmetic beyond sums): the greatest common divisor of two numbers ≤ 99, as
+  `gcd[98,58]=` → `2`.
+- `products` (arithmetic beyond sums): a product of two numbers of 1–2 digits, as `47*8=` → `376`.
+- `caesar_cipher` (string manipulation): one word shifted back by 1–3 letters, as `3:VPLWK>` →
+  `SMITH`.
+- `binary_alternation` (algorithmic): the fewest swaps that make a 6–12 bit string alternate, or
+  -1, as `10101110001100?` → `2`.
+- `lcm` (arithmetic beyond sums): the least common multiple of two numbers ≤ 20, as `lcm[20,4]=`
+  → `20`.
+
 Each spec holds the `task:` config fields; `scripts/build_tiny_model.py --task NAME` builds the
 model from the same spec, so the model's warm-start data and a run's train split are one thing.
+`ANSWER_TOKENS` is each task's `generation.max_new_tokens`: its longest answer plus EOS and slack.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from llm_replay.tasks.base import TaskError
@@ -36,9 +57,60 @@ SPELL_BACKWARD: dict[str, Any] = {
     "eval_seed": 2,
 }
 
+
+def _suite_task(dataset: str, params: dict[str, Any], template: str) -> dict[str, Any]:
+    return {
+        "dataset": dataset,
+        "params": params,
+        "prompt_template": template,
+        "strip_spaces": True,
+        "seed": 1,
+        "eval_seed": 2,
+    }
+
+
+SUITE_TASKS: dict[str, dict[str, Any]] = {
+    "count_bits": _suite_task("count_bits", {"min_n": 1, "max_n": 1023}, "{n}#"),
+    "letter_counting": _suite_task(
+        "letter_counting", {"min_words": 3, "max_words": 6}, "{target_letter}:{span}="
+    ),
+    "base_conversion": _suite_task(
+        "base_conversion",
+        {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 255},
+        "{source_repr}_{source_base}>{target_base}=",
+    ),
+    "gcd": _suite_task("gcd", {"min_value": 1, "max_value": 99}, "gcd{numbers}="),
+    "products": _suite_task(
+        "products",
+        {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
+        "{expression}=",
+    ),
+    "caesar_cipher": _suite_task(
+        "caesar_cipher",
+        {"min_words": 1, "max_words": 1, "min_rotation": 1, "max_rotation": 3},
+        "{rotation}:{cipher_text}>",
+    ),
+    "binary_alternation": _suite_task("binary_alternation", {"min_n": 6, "max_n": 12}, "{string}?"),
+    "lcm": _suite_task("lcm", {"min_value": 1, "max_value": 20}, "lcm{numbers}="),
+}
+
 BUILTIN_TASKS: dict[str, dict[str, Any]] = {
     "chain_sum": CHAIN_SUM,
     "spell_backward": SPELL_BACKWARD,
+    **SUITE_TASKS,
+}
+
+ANSWER_TOKENS: dict[str, int] = {
+    "chain_sum": 8,
+    "spell_backward": 10,
+    "count_bits": 4,
+    "letter_counting": 4,
+    "base_conversion": 10,
+    "gcd": 4,
+    "products": 6,
+    "caesar_cipher": 16,
+    "binary_alternation": 4,
+    "lcm": 5,
 }
 
 
@@ -53,3 +125,27 @@ def builtin_task(name: str, train_size: int = 20_000, eval_size: int = 500) -> R
 
 def chain_sum_task(train_size: int = 20_000, eval_size: int = 500) -> ReasoningGymTask:
     return builtin_task("chain_sum", train_size, eval_size)
+
+
+def builtin_model(name: str) -> str:
+    """The shipped model a built-in task starts from: `builtin:tiny-<name with dashes>`."""
+    return "builtin:tiny-" + name.replace("_", "-")
+
+
+def builtin_overrides(name: str) -> list[str]:
+    """`--set` overrides that point any preset at built-in task `name` and its shipped model."""
+    if name not in BUILTIN_TASKS:
+        raise TaskError(
+            f"task = {name!r}: not a built-in task; choose from {sorted(BUILTIN_TASKS)}"
+        )
+    spec = BUILTIN_TASKS[name]
+    sets = [
+        f"model.path={builtin_model(name)}",
+        "task.kind=reasoning_gym",
+        f"task.dataset={spec['dataset']}",
+        f"task.params={json.dumps(spec['params'])}",
+        f"task.prompt_template={json.dumps(spec['prompt_template'])}",
+        f"generation.max_new_tokens={ANSWER_TOKENS[name]}",
+    ]
+    sets += [f"task.{key}={json.dumps(spec[key])}" for key in ("strip_spaces", "seed", "eval_seed")]
+    return sets

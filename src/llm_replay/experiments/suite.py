@@ -1,0 +1,300 @@
+"""A suite: the same methods on several built-in tasks, each task its own experiment, and one
+reading across them.
+
+A default chosen on one task does not transfer (issue #38: `auto`, tuned on chain_sum and
+spell_backward, ends 5 points below on-policy on a task it never saw), so a replay method is
+judged on a suite. A suite file is an experiment file with a `tasks:` mapping: each entry names a
+built-in task (`llm_replay.tasks.builtin`), which points every method at that task and its
+shipped model (`builtin_overrides`), and may give the task its own `budget`, `eval_every` and
+`set:` (on-policy's plateau differs by task). Every task becomes an experiment of its own under
+`OUT/TASK/` with its archive under `ARCHIVE/TASK/`, so everything `compare` does (resuming,
+archives, `extends:` continuations, `--part`, `--methods`) holds per task. `--part I/N` splits
+the runs of all tasks together.
+
+The reading across tasks (`suite_summary`) puts, for every method and task, the compute it
+needed to reach the baseline's final accuracy (the μ = 5 basis), its worst margin against the
+baseline's seed band after the first tenth of the budget, its final accuracy, entropy and pass@k
+beside the baseline's interval; and across tasks the median and the worst ratio and the worst
+margin, the acceptance reading of issue #38.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from llm_replay.config import ConfigError
+from llm_replay.experiments.compare import (
+    Experiment,
+    Method,
+    experiment_from_mapping,
+    planned_runs,
+    read_experiment_file,
+    run_experiment,
+    summarise,
+    with_baseline,
+)
+from llm_replay.runtime.layout import SUMMARY_FILE
+from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
+
+TASK_KEYS = {"budget", "eval_every", "set", "seeds"}
+BASIS = "mu_5"
+PASS_KEY = "pass@8"
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    out: Path
+    tasks: dict[str, Experiment]
+
+    @property
+    def baseline(self) -> str:
+        return next(iter(self.tasks.values())).baseline
+
+    def with_baseline(self, name: str) -> Suite:
+        return replace(self, tasks={t: with_baseline(e, name) for t, e in self.tasks.items()})
+
+
+def is_suite(path: str | Path) -> bool:
+    return "tasks" in read_experiment_file(path)
+
+
+def load_suite(path: str | Path, *, quick: bool = False, out: str | None = None) -> Suite:
+    """Read a suite file: one experiment per entry of `tasks:`."""
+    path = Path(path)
+    data = read_experiment_file(path)
+    tasks = data.pop("tasks", None)
+    if not isinstance(tasks, dict) or not tasks:
+        raise ConfigError(f"{path}: tasks: a mapping of built-in task names to their settings")
+    name = str(data.get("name", path.stem))
+    root = Path(out or data.get("out", f"runs/{path.stem}"))
+    archive = data.get("archive")
+    experiments: dict[str, Experiment] = {}
+    for task, spec in tasks.items():
+        key = f"tasks.{task}"
+        if task not in BUILTIN_TASKS:
+            raise ConfigError(f"{key}: not a built-in task; choose from {sorted(BUILTIN_TASKS)}")
+        spec = {} if spec is None else spec
+        if not isinstance(spec, dict) or set(spec) - TASK_KEYS:
+            raise ConfigError(f"{key}: a mapping of {sorted(TASK_KEYS)}, got {spec!r}")
+        own = dict(data)
+        own.update({k: v for k, v in spec.items() if k != "set"})
+        own["name"] = f"{name}-{task}"
+        own["set"] = [*builtin_overrides(task), *data.get("set", []), *spec.get("set", [])]
+        if archive is not None:
+            own["archive"] = str(Path(str(archive)) / task)
+        try:
+            experiment = experiment_from_mapping(own, path, quick=quick)
+        except ConfigError as error:
+            raise ConfigError(f"{key}: {error}") from None
+        experiments[task] = replace(experiment, out=root / task / ("quick" if quick else "full"))
+    return Suite(name, root, experiments)
+
+
+def run_suite(
+    suite: Suite,
+    *,
+    progress: bool = True,
+    part: tuple[int, int] = (1, 1),
+    only: Sequence[str] | None = None,
+) -> None:
+    """Run the suite's runs not yet done: every task's, split `part`-wise across all tasks."""
+    i, n = part
+    planned: list[tuple[str, Method, int]] = [
+        (task, method, seed)
+        for task, experiment in suite.tasks.items()
+        for method, seed in planned_runs(experiment, only)
+    ]
+    share = planned[i - 1 :: n]
+    for task, experiment in suite.tasks.items():
+        runs = [(method, seed) for t, method, seed in share if t == task]
+        if runs:
+            run_experiment(experiment, progress=progress, runs=runs)
+
+
+def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
+    """Summarise every task with a finished baseline run, then read them across tasks; write
+    `OUT/suite_summary.json` (or `OUT/against_NAME/`) and the per-task curves."""
+    if against is not None:
+        suite = suite.with_baseline(against)
+    dest_name = None if against is None else f"against_{against}"
+    summaries: dict[str, dict[str, Any]] = {}
+    waiting: list[str] = []
+    for task, experiment in suite.tasks.items():
+        dest = None if dest_name is None else experiment.out / dest_name
+        try:
+            summaries[task] = summarise(experiment, dest)
+        except ConfigError:  # no finished baseline run yet
+            waiting.append(task)
+    reading = suite_summary(summaries, suite.baseline)
+    reading["waiting_tasks"] = waiting
+    out = suite.out if dest_name is None else suite.out / dest_name
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "suite_summary.json").write_text(json.dumps(reading, indent=1) + "\n")
+    reading["plots"] = [str(p) for p in plot_suite(suite, summaries, out)]
+    return reading
+
+
+def suite_summary(summaries: dict[str, dict[str, Any]], baseline: str) -> dict[str, Any]:
+    """Per method: each task's reading against `baseline` and the reading across tasks."""
+    methods = sorted({m for s in summaries.values() for m in s["methods"] if m != baseline})
+    out: dict[str, Any] = {"baseline": baseline, "basis": BASIS, "tasks": {}, "methods": {}}
+    for task, summary in summaries.items():
+        base = summary["methods"][baseline]
+        out["tasks"][task] = {
+            "target_accuracy": summary["target_accuracy"],
+            "baseline_final": _median(base.get("final_accuracy")),
+            "baseline_entropy": base.get("entropy"),
+            "baseline_pass": base.get(PASS_KEY),
+            "baseline_seeds": base["seeds"],
+        }
+    for method in methods:
+        rows = {
+            task: task_reading(summary["methods"][method], summary["methods"][baseline])
+            for task, summary in summaries.items()
+            if method in summary["methods"]
+        }
+        out["methods"][method] = {"tasks": rows, "across": across_tasks(rows)}
+    return out
+
+
+def task_reading(method: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    """One method on one task against the baseline."""
+    ratio = method["compute_to_target_ratio"].get(BASIS)
+    final, base_final = _median(method.get("final_accuracy")), _median(base.get("final_accuracy"))
+    return {
+        "seeds": method["seeds"],
+        "ratio": ratio,
+        "ratio_per_seed": method["compute_to_target_ratio_per_seed"].get(BASIS),
+        "never_reached_seeds": method["never_reached_seeds"].get(BASIS, 0),
+        "worst_margin": method.get(f"worst_margin_{BASIS}"),
+        "final_accuracy": final,
+        "final_delta_points": None
+        if final is None or base_final is None
+        else 100 * (final - base_final),
+        "entropy": _median(method.get("entropy")),
+        "entropy_kept": _kept(method.get("entropy"), base.get("entropy")),
+        "pass": _median(method.get(PASS_KEY)),
+        "pass_kept": _kept(method.get(PASS_KEY), base.get(PASS_KEY)),
+    }
+
+
+def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Median and worst ratio (a task never reached counts as infinite), worst margin, and how
+    many tasks keep the baseline's entropy and pass@k."""
+    ratios = [math.inf if r["ratio"] is None else float(r["ratio"]) for r in rows.values()]
+    margins = [float(r["worst_margin"]) for r in rows.values() if r["worst_margin"] is not None]
+    return {
+        "tasks": len(rows),
+        "median_ratio": statistics.median(ratios) if ratios else None,
+        "worst_ratio": max(ratios) if ratios else None,
+        "worst_margin": min(margins) if margins else None,
+        "entropy_kept": sum(bool(r["entropy_kept"]) for r in rows.values()),
+        "pass_kept": sum(bool(r["pass_kept"]) for r in rows.values()),
+    }
+
+
+def _median(spread: Any) -> float | None:
+    return None if not isinstance(spread, dict) else spread.get("median")
+
+
+def _kept(value: Any, reference: Any) -> bool | None:
+    """The method's median is within the baseline's interval or above it."""
+    median, interval = (
+        _median(value),
+        None if not isinstance(reference, dict) else reference.get("ci95"),
+    )
+    if median is None or interval is None:
+        return None
+    return bool(median >= interval[0])
+
+
+def suite_markdown(reading: dict[str, Any]) -> str:
+    """The reading as Markdown: one table across tasks, then one row per method and task."""
+    lines = [
+        f"Against `{reading['baseline']}`; compute to its final accuracy on the μ = 5 basis "
+        "(× its own), medians over seeds.",
+        "",
+        "| method | tasks | median ratio | worst ratio | worst margin (points) | entropy kept | "
+        f"{PASS_KEY} kept |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for method, entry in reading["methods"].items():
+        a = entry["across"]
+        lines.append(
+            f"| {method} | {a['tasks']} | {_x(a['median_ratio'])} | {_x(a['worst_ratio'])} | "
+            f"{_pts(a['worst_margin'])} | {a['entropy_kept']}/{a['tasks']} | "
+            f"{a['pass_kept']}/{a['tasks']} |"
+        )
+    lines += [
+        "",
+        "| method | task | seeds | ratio | worst margin | final (Δ points) | entropy | "
+        f"{PASS_KEY} |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, entry in reading["methods"].items():
+        for task, r in entry["tasks"].items():
+            final = "—" if r["final_accuracy"] is None else f"{100 * r['final_accuracy']:.1f}%"
+            lines.append(
+                f"| {method} | {task} | {r['seeds']} | {_x(r['ratio'])} | "
+                f"{_pts(r['worst_margin'])} | {final} ({_pts(r['final_delta_points'])}) | "
+                f"{_num(r['entropy'])}{'' if r['entropy_kept'] else ' (below)'} | "
+                f"{_num(r['pass'])}{'' if r['pass_kept'] else ' (below)'} |"
+            )
+    return "\n".join(lines)
+
+
+def _x(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return "not reached" if math.isinf(value) else f"{value:.2f}×"
+
+
+def _pts(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.1f}"
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def plot_suite(suite: Suite, summaries: dict[str, dict[str, Any]], out: Path) -> list[Path]:
+    """One panel per task: held-out accuracy against μ = 5 compute, median over seeds with its
+    band, every method beside the baseline."""
+    from llm_replay.experiments.analysis import RunCurves
+    from llm_replay.experiments.report import _band, _pyplot, _styles
+
+    if not summaries:
+        return []
+    plt = _pyplot()
+    tasks = list(summaries)
+    columns = min(3, len(tasks))
+    rows = math.ceil(len(tasks) / columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.8 * rows), squeeze=False)
+    for ax, task in zip(axes.flat, tasks, strict=False):
+        experiment = suite.tasks[task]
+        runs: dict[str, list[RunCurves]] = {}
+        for method, seed in experiment.planned():
+            run_dir = experiment.run_dir(method.name, seed)
+            if (run_dir / SUMMARY_FILE).is_file():
+                runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
+        styles = _styles(list(runs), experiment.baseline)
+        _band(ax, runs, "accuracy", BASIS, scale=100.0, styles=styles)
+        ax.set_title(task)
+        ax.set_xlabel("compute, μ = 5 basis")
+        ax.set_ylabel("held-out accuracy (%)")
+    for ax in list(axes.flat)[len(tasks) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(f"{suite.name}: accuracy against compute, every task")
+    fig.tight_layout()
+    path = out / "suite_accuracy_vs_compute.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]

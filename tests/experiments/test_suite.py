@@ -1,0 +1,152 @@
+"""Suites: one experiment per built-in task, compare and report across tasks (issue #38)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from llm_replay.cli import main
+from llm_replay.config import ConfigError, load_config
+from llm_replay.experiments.compare import run_config
+from llm_replay.experiments.suite import (
+    across_tasks,
+    load_suite,
+    run_suite,
+    suite_markdown,
+    suite_summary,
+)
+from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
+from tests.experiments.test_compare import TINY_SET
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_suite(tmp_path: Path, tasks: str) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(
+        f"""
+name: tiny_suite
+out: {tmp_path / "out"}
+archive: {tmp_path / "archive"}
+seeds: [0]
+budget: 1.5
+eval_every: 0.5
+baseline: on_policy
+set: {TINY_SET}
+methods:
+  on_policy: {{config: on_policy}}
+  uniform:   {{config: uniform, set: [replay.capacity=64]}}
+tasks:
+{tasks}
+"""
+    )
+    return path
+
+
+def test_every_built_in_task_points_a_preset_at_its_task_and_model() -> None:
+    for name, spec in BUILTIN_TASKS.items():
+        config = load_config("on_policy", builtin_overrides(name))
+        assert config.task.dataset == spec["dataset"] and config.task.params == spec["params"]
+        assert config.task.prompt_template == spec["prompt_template"]
+        assert config.model.path == "builtin:tiny-" + name.replace("_", "-")
+    assert load_config("on_policy", builtin_overrides("chain_sum")) == load_config("on_policy")
+
+
+def test_a_suite_is_one_experiment_a_task_with_the_tasks_own_settings(tmp_path: Path) -> None:
+    path = write_suite(
+        tmp_path,
+        "  chain_sum:\n  spell_backward: {budget: 3, eval_every: 1, set: [task.reward=binary]}",
+    )
+    suite = load_suite(path)
+    assert list(suite.tasks) == ["chain_sum", "spell_backward"]
+    spell = suite.tasks["spell_backward"]
+    assert (spell.budget, spell.eval_every) == (3.0, 1.0)
+    assert spell.out == tmp_path / "out" / "spell_backward" / "full"
+    assert spell.archive == tmp_path / "archive" / "spell_backward"
+    config = run_config(spell, spell.method("uniform"), 0)
+    assert config.task.dataset == "spell_backward" and config.task.reward == "binary"
+    assert config.replay.settings.capacity == 64 and config.task.train_size == 300
+    assert run_config(suite.tasks["chain_sum"], spell.method("uniform"), 0).task.reward == "score"
+
+
+@pytest.mark.parametrize(
+    ("tasks", "message"),
+    [
+        ("  sudoku:", r"tasks\.sudoku: not a built-in task"),
+        ("  chain_sum: {budgte: 3}", r"tasks\.chain_sum: a mapping of"),
+        ("  chain_sum: {budget: -1}", r"tasks\.chain_sum: budget = -1"),
+        ("  []", "tasks: a mapping"),
+    ],
+)
+def test_bad_suites_are_named(tmp_path: Path, tasks: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_suite(write_suite(tmp_path, tasks))
+
+
+def row(ratio: float | None, margin: float, entropy: float, seeds: int = 3) -> dict:
+    return {
+        "seeds": seeds,
+        "compute_to_target_ratio": {"mu_5": ratio},
+        "compute_to_target_ratio_per_seed": {"mu_5": [ratio] * seeds},
+        "never_reached_seeds": {"mu_5": 0 if ratio is not None else seeds},
+        "worst_margin_mu_5": margin,
+        "final_accuracy": {"median": 0.5, "ci95": [0.45, 0.55]},
+        "entropy": {"median": entropy, "ci95": [entropy - 0.05, entropy + 0.05]},
+        "pass@8": {"median": 0.6, "ci95": [0.55, 0.65]},
+    }
+
+
+def test_the_reading_across_tasks_by_hand() -> None:
+    summaries = {
+        "a": {
+            "target_accuracy": 0.5,
+            "methods": {"base": row(1.0, 0.0, 0.6), "m": row(0.4, 1.5, 0.6)},
+        },
+        "b": {
+            "target_accuracy": 0.4,
+            "methods": {"base": row(1.0, 0.0, 0.6), "m": row(0.8, -2.0, 0.5)},
+        },
+        "c": {
+            "target_accuracy": 0.3,
+            "methods": {"base": row(1.0, 0.0, 0.6), "m": row(None, 0.5, 0.7)},
+        },
+    }
+    reading = suite_summary(summaries, "base")
+    across = reading["methods"]["m"]["across"]
+    assert across["median_ratio"] == 0.8 and math.isinf(across["worst_ratio"])
+    assert across["worst_margin"] == -2.0
+    assert across["entropy_kept"] == 2  # b's 0.5 is below base's interval [0.55, 0.65]
+    assert reading["methods"]["m"]["tasks"]["b"]["entropy_kept"] is False
+    assert across_tasks({})["median_ratio"] is None
+    text = suite_markdown(reading)
+    assert "| m | 3 | 0.80× | not reached | -2.0 | 2/3 | 3/3 |" in text
+
+
+def test_compare_and_report_a_suite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write_suite(tmp_path, "  chain_sum:\n  spell_backward: {set: [task.reward=binary]}")
+    run_suite(load_suite(path), progress=False, part=(2, 2))  # half the runs, across both tasks
+    done = sorted(
+        p.parent.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("summary.json")
+    )
+    assert [str(d) for d in done] == [
+        "chain_sum/full/uniform/seed-0",
+        "spell_backward/full/uniform/seed-0",
+    ]
+    assert main(["compare", str(path), "--quiet"]) == 0  # the other half; the first is skipped
+    printed = capsys.readouterr().out
+    assert "| uniform | 2 |" in printed
+    reading = json.loads((tmp_path / "out" / "suite_summary.json").read_text())
+    assert set(reading["methods"]["uniform"]["tasks"]) == {"chain_sum", "spell_backward"}
+    assert (tmp_path / "out" / "suite_accuracy_vs_compute.png").stat().st_size > 10_000
+    for task in ("chain_sum", "spell_backward"):
+        assert (tmp_path / "archive" / task / "on_policy" / "seed-0").is_dir()
+        assert (tmp_path / "out" / task / "full" / "summary.json").is_file()
+    assert main(["report", str(path), "--markdown", "--baseline", "uniform"]) == 0
+    assert "| on_policy | 2 |" in capsys.readouterr().out
+    assert (tmp_path / "out" / "against_uniform" / "suite_summary.json").is_file()
