@@ -223,6 +223,12 @@ class ReplayConfig:
                     f"{prefix}.{option_name}.enabled = true: not with method {name!r} ({refusal})"
                 )
             options[option_name] = built
+        scalers = [n for n, o in options.items() if o.enabled and OPTIONS[n].sets_replay_scale]
+        if len(scalers) > 1:
+            raise ConfigError(
+                f"{prefix}: {' and '.join(f'{n}.enabled = true' for n in scalers)}: each sets "
+                "the method's replay scale; enable one"
+            )
         return cls(name, settings, options, init_from)
 
 

@@ -136,6 +136,7 @@ class Anneal(MethodOption[AnnealConfig]):
         "ReMix, arXiv 2507.06892; compute-optimal replay, arXiv 2604.08706; M2PO, arXiv 2510.01161"
     )
     Config = AnnealConfig
+    sets_replay_scale = True
 
     def __init__(self, settings: OptionConfig, context: MethodContext) -> None:
         super().__init__(settings, context)

@@ -366,6 +366,7 @@ class MethodOption(ABC, Generic[OptionT]):
     description: ClassVar[str]
     paper: ClassVar[str]
     Config: ClassVar[type[OptionConfig]] = OptionConfig
+    sets_replay_scale: ClassVar[bool] = False  # at most one such option drives the scale
 
     def __init__(self, settings: OptionConfig, context: MethodContext) -> None:
         if not isinstance(settings, self.Config):

@@ -16,14 +16,18 @@ signals through this public interface, never by patching the method:
 
 A method reads `mu`, `progress`, `policy_version`, `step` (the last step's statistics), `mean(key)` (their
 exponentially weighted means, half-life `HALF_LIFE` steps), `first(key)` (the first value seen,
-e.g. the starting entropy), `round` (the last round's statistics) and the `steps` / `rounds`
-counts. The statistics are plain floats under short names (`STEP_KEYS`, plus `age_mean`,
-`replayed_fraction`, `stale_fraction` and `completion_length` from the trained sample), so a
+e.g. the starting entropy), `round` (the last round's statistics), the `steps` / `rounds`
+counts, and `trained_tokens` (the completion tokens of every trained sample, summed, for a
+method that weighs what training costs). The statistics are plain floats under short names
+(`STEP_KEYS`, plus `age_mean`, `replayed_fraction`, `stale_fraction` and `completion_length`
+from the trained sample), so a
 method does not depend on the learner's metric names; a statistic the learner did not report
 this step (entropy without an entropy bonus, the clip fraction of a loss that does not clip, the
 behaviour KL under TRL) is absent. `log_ratio_m2` is M2PO's second moment of the log importance
 ratio over every trained token; fresh rows add about nothing to it, so over the stale rows alone
-it is about `log_ratio_m2 / stale_fraction`. `sampled_nll` (the trained tokens' mean negative
+it is about `log_ratio_m2 / stale_fraction`. `cov_fresh` and `cov_replayed` are Cov(log π, A)
+over the fresh and the replayed rows' trained tokens (Clip-Cov, arXiv 2505.22617: entropy falls
+with it). `sampled_nll` (the trained tokens' mean negative
 log-probability under the current policy) and a round's `entropy` (the same under the behaviour
 policy) are one-sample estimates of the policy's entropy that cost nothing extra.
 
@@ -60,6 +64,8 @@ STEP_KEYS = {  # short name: the learner's metric
     "sampled_nll": "loss/sampled_nll",
     "grad_norm": "loss/grad_norm",
     "loss": "loss/policy",
+    "cov_fresh": "loss/cov_fresh",
+    "cov_replayed": "loss/cov_replayed",
 }
 
 LOGGED = (
@@ -70,6 +76,8 @@ LOGGED = (
     "log_ratio_m2",
     "stale_fraction",
     "grad_norm",
+    "cov_fresh",
+    "cov_replayed",
 )
 
 
@@ -125,6 +133,7 @@ class RunSignals:
         self.rounds = 0
         self.step: dict[str, float] = {}
         self.round = RoundStats()
+        self.trained_tokens = 0.0  # completion tokens of every trained sample, summed
         self._sums: dict[str, list[float]] = {}  # key: [weighted sum, weight]
         self._first: dict[str, float] = {}
 
@@ -154,6 +163,7 @@ class RunSignals:
             step["replayed_fraction"] = float((sample.times_sampled > 1).mean())
             step["stale_fraction"] = float((sample.ages > 0).mean())
             step["completion_length"] = float(sample.completion_lengths.mean())
+            self.trained_tokens += float(sample.completion_lengths.sum())
         for key, value in step.items():
             total = self._sums.setdefault(key, [0.0, 0.0])
             total[0] = self.decay * total[0] + value
@@ -208,6 +218,7 @@ class RunSignals:
             "policy_version": self.policy_version,
             "steps": self.steps,
             "rounds": self.rounds,
+            "trained_tokens": self.trained_tokens,
             "step": dict(self.step),
             "round": {
                 **{k: _json(v) for k, v in asdict(self.round).items()},
@@ -222,6 +233,7 @@ class RunSignals:
         self.set_progress(state.get("progress"))
         self.policy_version = int(state["policy_version"])
         self.steps, self.rounds = int(state["steps"]), int(state["rounds"])
+        self.trained_tokens = float(state.get("trained_tokens", 0.0))  # absent before #38
         self.step = {str(k): float(v) for k, v in state["step"].items()}
         saved: dict[str, Any] = {k: math.nan if v is None else v for k, v in state["round"].items()}
         saved["prompt_keys"] = [bytes.fromhex(q) for q in saved["prompt_keys"]]
