@@ -66,3 +66,36 @@ def test_kl_and_entropy_terms_and_errors() -> None:
     nan = dataclasses.replace(sample, advantages=np.full(12, np.nan))
     with pytest.raises(ValueError, match="advantages: NaN"):
         learner.step(nan)
+
+
+def test_the_covariance_of_log_prob_and_advantage_by_hand() -> None:
+    from llm_replay.learner import CovarianceSums
+
+    sums = CovarianceSums()
+    logprobs = torch.tensor([[-1.0, -2.0], [-3.0, -4.0], [-5.0, -6.0]])
+    advantages = torch.tensor([1.0, -1.0, 2.0])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    sums.add(logprobs[:2], advantages[:2], mask[:2], torch.tensor([False, False]))
+    sums.add(logprobs[2:], advantages[2:], mask[2:], torch.tensor([True]))
+    # fresh tokens (-1, 1), (-2, 1), (-3, -1), (-4, -1): E[lA] = 1, E[l] = -2.5, E[A] = 0
+    assert sums.metrics() == {"loss/cov_fresh": pytest.approx(1.0)}  # one replayed token only
+    sums.add(logprobs[:1], advantages[:1], mask[:1], torch.tensor([True]))
+    # replayed tokens (-5, 2), (-1, 1), (-2, 1): E[lA] = -13/3, E[l] = -8/3, E[A] = 4/3
+    assert sums.metrics()["loss/cov_replayed"] == pytest.approx(-13 / 3 + (8 / 3) * (4 / 3))
+
+
+def test_the_learner_reports_the_covariance_the_same_in_any_micro_batching() -> None:
+    model, _ = load_policy("builtin:tiny-chain-sum")
+    base = sample_for(model, np.random.default_rng(2))
+    sample = dataclasses.replace(
+        base, sources=(np.arange(len(base)) % 2).astype(base.sources.dtype)
+    )
+    readings = []
+    for micro in (12, 5):
+        m = copy.deepcopy(model)
+        learner = Learner(
+            m, torch.optim.SGD(m.parameters(), lr=0.0), LearnerSettings(micro_batch_size=micro)
+        )
+        metrics = learner.step(sample)
+        readings.append((metrics["loss/cov_fresh"], metrics["loss/cov_replayed"]))
+    assert readings[0] == pytest.approx(readings[1], rel=1e-4)

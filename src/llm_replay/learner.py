@@ -165,6 +165,7 @@ class Learner:
                 proximal = [self._logprobs(self.model, c).sampled for c in chunks]
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
+        covariance = CovarianceSums()
         policy_sum = 0.0
         tokens = float(full_mask.sum())
         for i, c in enumerate(chunks):
@@ -183,6 +184,7 @@ class Learner:
                 denominator=denominator,
             )
             policy_sum += float(loss.detach())
+            covariance.add(logprobs.detach(), c["advantages"], c["mask"], c["replayed"])
             if self.reference is not None and s.kl_coef > 0:
                 with torch.no_grad():
                     ref = self._logprobs(self.reference, c).tempered
@@ -213,6 +215,7 @@ class Learner:
         with self.update_lock:  # readers of the weights never see a half-applied update
             self.optimizer.step()
             self.version += 1
+        totals.update(covariance.metrics())
         totals["loss/policy"] = policy_sum
         totals["loss/grad_norm"] = float(norm)
         totals["train/rollouts"] = float(len(sample))
@@ -224,6 +227,35 @@ class Learner:
         )
         totals["train/padded_tokens"] = float(sum(c["input_ids"].numel() for c in chunks))
         return totals
+
+
+class CovarianceSums:
+    """Cov(log π(y_t), A) over the trained tokens, fresh and replayed rows apart, summed over
+    micro-batches. Clip-Cov / KL-Cov (arXiv 2505.22617): the policy's entropy falls in step with
+    this covariance, and a few high-covariance tokens drive the collapse, so it says whether the
+    replayed rows are the ones collapsing diversity (`loss/cov_fresh`, `loss/cov_replayed`)."""
+
+    def __init__(self) -> None:
+        self.sums = {"fresh": [0.0, 0.0, 0.0, 0.0], "replayed": [0.0, 0.0, 0.0, 0.0]}
+
+    def add(self, logprobs: Tensor, advantages: Tensor, mask: Tensor, replayed: Tensor) -> None:
+        """One micro-batch: per-token log-probs [rows, T], per-row advantages, the loss mask and
+        which rows were drawn from the table before."""
+        advantage = advantages[:, None].expand_as(logprobs)
+        for name, rows in (("fresh", ~replayed), ("replayed", replayed)):
+            weight = mask * rows[:, None].to(mask.dtype)
+            total = self.sums[name]
+            total[0] += float((logprobs * advantage * weight).sum())
+            total[1] += float((logprobs * weight).sum())
+            total[2] += float((advantage * weight).sum())
+            total[3] += float(weight.sum())
+
+    def metrics(self) -> dict[str, float]:
+        out = {}
+        for name, (product, logprob, advantage, count) in self.sums.items():
+            if count >= 2:
+                out[f"loss/cov_{name}"] = product / count - (logprob / count) * (advantage / count)
+        return out
 
 
 def sample_metrics(sample: Sample) -> dict[str, float]:
