@@ -229,3 +229,19 @@ def test_weights_cut_short_are_one_line_naming_the_field_and_nothing_is_written(
     assert f"{field} = '{cut}': cannot load" in out.replace("\n", "")
     assert "Traceback" not in out and out.strip().startswith("error:")
     assert not run.exists()
+
+
+def test_a_copied_edited_preset_trains_from_another_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The user's way: print a preset whole, edit the copy, train it anywhere."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["presets", "--show", "positive_anneal"]) == 0
+    shown = capsys.readouterr().out
+    (tmp_path / "mine.yaml").write_text(shown.replace("name: positive_anneal", "name: mine"))
+    assert main(["train", "mine.yaml", *TINY, "--set", "train.iterations=2", "--quiet"]) == 0
+    saved = yaml.safe_load((tmp_path / "runs" / "mine" / "config.yaml").read_text())
+    assert saved["name"] == "mine" and saved["replay"]["anneal"]["enabled"] is True
+    assert main(["presets"]) == 0
+    listing = capsys.readouterr().out
+    assert "positive_anneal" in listing and "base/chain_sum" in listing
