@@ -38,15 +38,16 @@ from transformers import AutoModelForCausalLM
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.models import build_char_tokenizer, encode_prompts, tiny_qwen2_config
 from llm_replay.tasks import ReasoningGymTask
-from llm_replay.tasks.builtin import ANSWER_TOKENS, BUILTIN_TASKS
+from llm_replay.tasks.builtin import ANSWER_TOKENS, BUILTIN_TASKS, PENDING_TASKS
 
 CHECK_SIZE = 200
 CHECK_SEED_OFFSET = 1000
 
 
 def task_spec(text: str) -> dict:
-    if text in BUILTIN_TASKS:
-        return dict(BUILTIN_TASKS[text])
+    known = {**BUILTIN_TASKS, **PENDING_TASKS}
+    if text in known:
+        return dict(known[text])
     try:
         spec = json.loads(text)
     except json.JSONDecodeError:

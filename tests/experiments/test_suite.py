@@ -150,3 +150,10 @@ def test_compare_and_report_a_suite(
     assert main(["report", str(path), "--markdown", "--baseline", "uniform"]) == 0
     assert "| on_policy | 2 |" in capsys.readouterr().out
     assert (tmp_path / "out" / "against_uniform" / "suite_summary.json").is_file()
+
+
+def test_every_built_in_task_ships_the_model_built_from_its_own_spec() -> None:
+    assets = ROOT / "src" / "llm_replay" / "assets"
+    for name, spec in BUILTIN_TASKS.items():
+        build = json.loads((assets / ("tiny-" + name.replace("_", "-")) / "build.json").read_text())
+        assert build["task"] == spec, name

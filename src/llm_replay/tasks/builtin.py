@@ -14,17 +14,16 @@ The suite (issue #38), tasks of other kinds to choose a default on, each with it
 - `count_bits` (counting): the number of 1 bits of n ≤ 1023, as `245#` → `6`.
 - `letter_counting` (counting over text): how often a letter occurs in three to six words, as
   `h:['hundred']=` → `1`.
-- `base_conversion` (algorithmic): a number ≤ 255 from one base in 2–10 to another, as
-  `1001_3>7=` → `40`.
 - `gcd` (arithmetic beyond sums): the greatest common divisor of two numbers ≤ 99, as
   `gcd[98,58]=` → `2`.
 - `products` (arithmetic beyond sums): a product of two numbers of 1–2 digits, as `47*8=` → `376`.
-- `caesar_cipher` (string manipulation): one word shifted back by 1–3 letters, as `3:VPLWK>` →
-  `SMITH`.
-- `binary_alternation` (algorithmic): the fewest swaps that make a 6–12 bit string alternate, or
-  -1, as `10101110001100?` → `2`.
+- `binary_alternation` (algorithmic): the fewest swaps that make a short bit string alternate,
+  or -1, as `0010011?` → `2`.
 - `lcm` (arithmetic beyond sums): the least common multiple of two numbers ≤ 20, as `lcm[20,4]=`
   → `20`.
+
+`PENDING_TASKS` holds two more (`base_conversion`, algorithmic; `caesar_cipher`, string
+manipulation) whose models are not shipped yet.
 
 Each spec holds the `task:` config fields; `scripts/build_tiny_model.py --task NAME` builds the
 model from the same spec, so the model's warm-start data and a run's train split are one thing.
@@ -74,25 +73,31 @@ SUITE_TASKS: dict[str, dict[str, Any]] = {
     "letter_counting": _suite_task(
         "letter_counting", {"min_words": 3, "max_words": 6}, "{target_letter}:{span}="
     ),
-    "base_conversion": _suite_task(
-        "base_conversion",
-        {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 255},
-        "{source_repr}_{source_base}>{target_base}=",
-    ),
     "gcd": _suite_task("gcd", {"min_value": 1, "max_value": 99}, "gcd{numbers}="),
     "products": _suite_task(
         "products",
         {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2},
         "{expression}=",
     ),
+    "binary_alternation": _suite_task("binary_alternation", {"min_n": 6, "max_n": 12}, "{string}?"),
+    "lcm": _suite_task("lcm", {"min_value": 1, "max_value": 20}, "lcm{numbers}="),
+}
+
+PENDING_TASKS: dict[str, dict[str, Any]] = {  # specs whose models are not shipped yet
+    "base_conversion": _suite_task(
+        "base_conversion",
+        {"min_base": 2, "max_base": 10, "min_value": 0, "max_value": 255},
+        "{source_repr}_{source_base}>{target_base}=",
+    ),
     "caesar_cipher": _suite_task(
         "caesar_cipher",
         {"min_words": 1, "max_words": 1, "min_rotation": 1, "max_rotation": 3},
         "{rotation}:{cipher_text}>",
     ),
-    "binary_alternation": _suite_task("binary_alternation", {"min_n": 6, "max_n": 12}, "{string}?"),
-    "lcm": _suite_task("lcm", {"min_value": 1, "max_value": 20}, "lcm{numbers}="),
 }
+"""Suite tasks whose tiny model has not reached its starting accuracy yet (SFT on them is slow):
+`scripts/build_tiny_model.py` builds from these specs too, and each joins `SUITE_TASKS` when its
+model ships."""
 
 BUILTIN_TASKS: dict[str, dict[str, Any]] = {
     "chain_sum": CHAIN_SUM,
