@@ -16,8 +16,15 @@ RL has room to improve it. The eval split is never trained on. Writes the model 
 `save_pretrained` plus `build.json` (settings, base accuracy, seconds).
 
 `--stop-at ACC` stops instead at the first check (every `--check-every` steps, at most `--steps`)
-where greedy accuracy on `CHECK_SIZE` problems reaches ACC, so every task of the suite starts
-from about the same accuracy however hard it is to learn. The check problems come from the eval
+where greedy accuracy on `CHECK_SIZE` problems, and the accuracy of samples at the runs'
+temperature, reach ACC and, with `--min-informative SHARE`,
+at least SHARE of `INFORMATIVE_SIZE` of them sampled `GROUP` times at the runs' temperature come
+back neither all right nor all wrong, so every task of the suite starts from about the same
+accuracy however hard it is to learn, and with groups RL can learn from: stopping on accuracy
+alone stops as soon as the model answers every prompt greedily with the most frequent answer,
+which scores 20-50% on a counting task while its samples are close to uniform (entropy 3.7 nats
+a token on count_bits): RL from there raises the train reward by collapsing entropy and leaves
+held-out accuracy where it was. The check problems come from the eval
 side of the split (the eval split's distribution: train-side problems repeat, and a model that
 has memorised the frequent ones reads high there and low on held-out problems) but from another
 seed's stream (`eval_seed + CHECK_SEED_OFFSET`), so the eval split itself is not looked at until
@@ -41,6 +48,9 @@ from llm_replay.tasks import ReasoningGymTask
 from llm_replay.tasks.builtin import ANSWER_TOKENS, BUILTIN_TASKS, PENDING_TASKS
 
 CHECK_SIZE = 200
+INFORMATIVE_SIZE = 64
+GROUP = 8
+TEMPERATURE = 0.7  # the presets' generation.temperature
 CHECK_SEED_OFFSET = 1000
 
 
@@ -68,6 +78,23 @@ def greedy_accuracy(model, tokenizer, task, problems, max_new_tokens: int) -> fl
     return float(np.mean([task.score(t, p) >= 1.0 for t, p in zip(texts, problems, strict=True)]))
 
 
+def sampled_groups(model, tokenizer, task, problems, max_new_tokens: int) -> tuple[float, float]:
+    """(the share of problems whose `GROUP` samples at the runs' temperature are neither all
+    right nor all wrong, the samples' accuracy): the groups GRPO learns from, and whether the
+    sampling distribution is as good as the greedy answer (an early model answers greedily with
+    the most frequent answer while its samples are close to uniform)."""
+    generator = HFGenerator(model, eos_token_id=tokenizer.eos_token_id, pad_token_id=0, seed=0)
+    prompts = encode_prompts(tokenizer, [p.prompt for p in problems], "off")
+    sampling = SamplingParams(max_new_tokens=max_new_tokens, temperature=TEMPERATURE)
+    out = generator.generate(prompts, GROUP, sampling)
+    texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
+    correct = np.array(
+        [task.score(t, problems[i // GROUP]) >= 1.0 for i, t in enumerate(texts)]
+    ).reshape(len(problems), GROUP)
+    mixed = correct.any(axis=1) & ~correct.all(axis=1)
+    return float(mixed.mean()), float(correct.mean())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="chain_sum", help="built-in task name or JSON spec")
@@ -79,6 +106,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stop-at", type=float, default=None, help="greedy accuracy to stop at")
     parser.add_argument("--check-every", type=int, default=10)
+    parser.add_argument(
+        "--min-informative",
+        type=float,
+        default=0.0,
+        help="with --stop-at: also wait until this share of sampled groups is mixed",
+    )
     args = parser.parse_args()
     if args.max_new_tokens is None:
         args.max_new_tokens = ANSWER_TOKENS.get(args.task, 12)
@@ -121,9 +154,15 @@ def main() -> None:
             print(f"step {step + 1}: loss {loss.item():.3f}")
         if args.stop_at is not None and (step + 1) % args.check_every == 0:
             reached = greedy_accuracy(model, tokenizer, task, check, args.max_new_tokens)
+            mixed, sampled = sampled_groups(
+                model, tokenizer, task, check[:INFORMATIVE_SIZE], args.max_new_tokens
+            )
             model.train()
-            print(f"step {step + 1}: check accuracy {reached:.3f}")
-            if reached >= args.stop_at:
+            print(
+                f"step {step + 1}: check accuracy {reached:.3f}, sampled {sampled:.3f}, "
+                f"informative {mixed:.3f}"
+            )
+            if min(reached, sampled) >= args.stop_at and mixed >= args.min_informative:
                 break
     steps = step + 1
     seconds = time.perf_counter() - start
@@ -134,7 +173,15 @@ def main() -> None:
     info = {
         "task": spec,
         "steps": steps,
-        **({"stop_at": args.stop_at, "check_every": args.check_every} if args.stop_at else {}),
+        **(
+            {
+                "stop_at": args.stop_at,
+                "min_informative": args.min_informative,
+                "check_every": args.check_every,
+            }
+            if args.stop_at
+            else {}
+        ),
         "max_new_tokens": args.max_new_tokens,
         "batch_size": args.batch_size,
         "lr": args.lr,
