@@ -122,7 +122,15 @@ def test_the_reading_across_tasks_by_hand() -> None:
     assert reading["methods"]["m"]["tasks"]["b"]["entropy_kept"] is False
     assert across_tasks({})["median_ratio"] is None
     text = suite_markdown(reading)
-    assert "| m | 3 | 0.80× | not reached | -2.0 | 2/3 | 3/3 |" in text
+    assert "| m | 3 (3) | 0.80× | not reached | -2.0 | 2/3 | 3/3 |" in text
+    # c's baseline ends 1 point above where it started: no gain to save, read for harm only
+    gains = suite_summary(summaries, "base", {"a": 0.3, "b": 0.2, "c": 0.29})
+    across = gains["methods"]["m"]["across"]
+    assert (across["gain_tasks"], across["worst_ratio"]) == (2, 0.8)
+    assert across["median_ratio"] == pytest.approx(0.6)
+    assert across["worst_margin"] == -2.0 and gains["tasks"]["c"]["no_gain"]
+    assert gains["tasks"]["a"]["baseline_gain_points"] == pytest.approx(20.0)
+    assert "| m | c | 3 | no gain to save |" in suite_markdown(gains)
 
 
 def test_compare_and_report_a_suite(
@@ -140,7 +148,7 @@ def test_compare_and_report_a_suite(
     ]
     assert main(["compare", str(path), "--quiet"]) == 0  # the other half; the first is skipped
     printed = capsys.readouterr().out
-    assert "| uniform | 2 |" in printed
+    assert "| uniform | 2 (" in printed
     reading = json.loads((tmp_path / "out" / "suite_summary.json").read_text())
     assert set(reading["methods"]["uniform"]["tasks"]) == {"chain_sum", "spell_backward"}
     assert (tmp_path / "out" / "suite_accuracy_vs_compute.png").stat().st_size > 10_000
@@ -148,7 +156,7 @@ def test_compare_and_report_a_suite(
         assert (tmp_path / "archive" / task / "on_policy" / "seed-0").is_dir()
         assert (tmp_path / "out" / task / "full" / "summary.json").is_file()
     assert main(["report", str(path), "--markdown", "--baseline", "uniform"]) == 0
-    assert "| on_policy | 2 |" in capsys.readouterr().out
+    assert "| on_policy | 2 (" in capsys.readouterr().out
     assert (tmp_path / "out" / "against_uniform" / "suite_summary.json").is_file()
 
 

@@ -15,7 +15,9 @@ The reading across tasks (`suite_summary`) puts, for every method and task, the 
 needed to reach the baseline's final accuracy (the μ = 5 basis), its worst margin against the
 baseline's seed band after the first tenth of the budget, its final accuracy, entropy and pass@k
 beside the baseline's interval; and across tasks the median and the worst ratio and the worst
-margin, the acceptance reading of issue #38.
+margin, the acceptance reading of issue #38. A task on which the baseline gains less than
+`MIN_GAIN_POINTS` over its starting accuracy has no saving to measure: it stays in the suite to
+show that replay does no harm (worst margin, final accuracy) and is left out of the ratios.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
 TASK_KEYS = {"budget", "eval_every", "set", "seeds"}
 BASIS = "mu_5"
 PASS_KEY = "pass@8"
+MIN_GAIN_POINTS = 2.0
+"""A task on which the baseline gains less than this (final over starting accuracy, held-out,
+points) is a no-gain task: there is no saving to measure, so its compute ratio is left out of
+the median and the worst ratio, and it is read for harm only (worst margin, final accuracy)."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,8 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
             summaries[task] = summarise(experiment, dest)
         except ConfigError:  # no finished baseline run yet
             waiting.append(task)
-    reading = suite_summary(summaries, suite.baseline)
+    starts = {task: _start(suite.tasks[task]) for task in summaries}
+    reading = suite_summary(summaries, suite.baseline, starts)
     reading["waiting_tasks"] = waiting
     out = suite.out if dest_name is None else suite.out / dest_name
     out.mkdir(parents=True, exist_ok=True)
@@ -141,22 +148,47 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     return reading
 
 
-def suite_summary(summaries: dict[str, dict[str, Any]], baseline: str) -> dict[str, Any]:
-    """Per method: each task's reading against `baseline` and the reading across tasks."""
+def _start(experiment: Experiment) -> float | None:
+    """The held-out accuracy the runs start from: the baseline's first evaluation (the same
+    shipped model for every method), median over its finished runs."""
+    from llm_replay.experiments.analysis import RunCurves
+
+    firsts = [
+        float(RunCurves.load(experiment.run_dir(experiment.baseline, seed)).accuracy[0])
+        for seed in experiment.seeds_of(experiment.method(experiment.baseline))
+        if (experiment.run_dir(experiment.baseline, seed) / SUMMARY_FILE).is_file()
+    ]
+    return statistics.median(firsts) if firsts else None
+
+
+def suite_summary(
+    summaries: dict[str, dict[str, Any]],
+    baseline: str,
+    starts: dict[str, float | None] | None = None,
+) -> dict[str, Any]:
+    """Per method: each task's reading against `baseline` and the reading across tasks.
+    `starts` (each task's starting accuracy) marks the tasks the baseline gains nothing on."""
     methods = sorted({m for s in summaries.values() for m in s["methods"] if m != baseline})
     out: dict[str, Any] = {"baseline": baseline, "basis": BASIS, "tasks": {}, "methods": {}}
     for task, summary in summaries.items():
         base = summary["methods"][baseline]
+        start = (starts or {}).get(task)
+        gain = None if start is None else 100 * (summary["target_accuracy"] - start)
         out["tasks"][task] = {
+            "start_accuracy": start,
             "target_accuracy": summary["target_accuracy"],
-            "baseline_final": _median(base.get("final_accuracy")),
-            "baseline_entropy": base.get("entropy"),
-            "baseline_pass": base.get(PASS_KEY),
+            "baseline_gain_points": gain,
+            "no_gain": gain is not None and gain < MIN_GAIN_POINTS,
+            "baseline_entropy": _median(base.get("entropy")),
+            "baseline_pass": _median(base.get(PASS_KEY)),
             "baseline_seeds": base["seeds"],
         }
     for method in methods:
         rows = {
-            task: task_reading(summary["methods"][method], summary["methods"][baseline])
+            task: {
+                **task_reading(summary["methods"][method], summary["methods"][baseline]),
+                "no_gain": out["tasks"][task]["no_gain"],
+            }
             for task, summary in summaries.items()
             if method in summary["methods"]
         }
@@ -186,12 +218,18 @@ def task_reading(method: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]
 
 
 def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Median and worst ratio (a task never reached counts as infinite), worst margin, and how
-    many tasks keep the baseline's entropy and pass@k."""
-    ratios = [math.inf if r["ratio"] is None else float(r["ratio"]) for r in rows.values()]
+    """Median and worst ratio over the tasks the baseline gains on (a task never reached counts
+    as infinite), worst margin over every task, and how many tasks keep the baseline's entropy
+    and pass@k."""
+    ratios = [
+        math.inf if r["ratio"] is None else float(r["ratio"])
+        for r in rows.values()
+        if not r.get("no_gain")
+    ]
     margins = [float(r["worst_margin"]) for r in rows.values() if r["worst_margin"] is not None]
     return {
         "tasks": len(rows),
+        "gain_tasks": len(ratios),
         "median_ratio": statistics.median(ratios) if ratios else None,
         "worst_ratio": max(ratios) if ratios else None,
         "worst_margin": min(margins) if margins else None,
@@ -205,14 +243,15 @@ def _median(spread: Any) -> float | None:
 
 
 def _kept(value: Any, reference: Any) -> bool | None:
-    """The method's median is within the baseline's interval or above it."""
-    median, interval = (
-        _median(value),
-        None if not isinstance(reference, dict) else reference.get("ci95"),
-    )
-    if median is None or interval is None:
+    """The method's median is within the baseline's interval or above it (with one baseline
+    seed, at or above its value)."""
+    median, low = _median(value), None
+    if isinstance(reference, dict):
+        interval = reference.get("ci95")
+        low = interval[0] if interval is not None else reference.get("median")
+    if median is None or low is None:
         return None
-    return bool(median >= interval[0])
+    return bool(median >= low)
 
 
 def suite_markdown(reading: dict[str, Any]) -> str:
@@ -221,16 +260,28 @@ def suite_markdown(reading: dict[str, Any]) -> str:
         f"Against `{reading['baseline']}`; compute to its final accuracy on the μ = 5 basis "
         "(× its own), medians over seeds.",
         "",
-        "| method | tasks | median ratio | worst ratio | worst margin (points) | entropy kept | "
-        f"{PASS_KEY} kept |",
+        "| method | tasks (baseline gains on) | median ratio | worst ratio | worst margin "
+        f"(points) | entropy kept | {PASS_KEY} kept |",
         "|---|---|---|---|---|---|---|",
     ]
     for method, entry in reading["methods"].items():
         a = entry["across"]
         lines.append(
-            f"| {method} | {a['tasks']} | {_x(a['median_ratio'])} | {_x(a['worst_ratio'])} | "
-            f"{_pts(a['worst_margin'])} | {a['entropy_kept']}/{a['tasks']} | "
-            f"{a['pass_kept']}/{a['tasks']} |"
+            f"| {method} | {a['tasks']} ({a.get('gain_tasks', a['tasks'])}) | "
+            f"{_x(a['median_ratio'])} | {_x(a['worst_ratio'])} | {_pts(a['worst_margin'])} | "
+            f"{a['entropy_kept']}/{a['tasks']} | {a['pass_kept']}/{a['tasks']} |"
+        )
+    lines += [
+        "",
+        f"| task | start | {reading['baseline']} final (gain) | its entropy | its {PASS_KEY} |",
+        "|---|---|---|---|---|",
+    ]
+    for task, t in reading["tasks"].items():
+        start = "—" if t.get("start_accuracy") is None else f"{100 * t['start_accuracy']:.1f}%"
+        gain = _pts(t.get("baseline_gain_points")) + (", no gain" if t.get("no_gain") else "")
+        lines.append(
+            f"| {task} | {start} | {100 * t['target_accuracy']:.1f}% ({gain}) | "
+            f"{_num(t.get('baseline_entropy'))} | {_num(t.get('baseline_pass'))} |"
         )
     lines += [
         "",
@@ -241,11 +292,12 @@ def suite_markdown(reading: dict[str, Any]) -> str:
     for method, entry in reading["methods"].items():
         for task, r in entry["tasks"].items():
             final = "—" if r["final_accuracy"] is None else f"{100 * r['final_accuracy']:.1f}%"
+            ratio = "no gain to save" if r.get("no_gain") else _x(r["ratio"])
             lines.append(
-                f"| {method} | {task} | {r['seeds']} | {_x(r['ratio'])} | "
+                f"| {method} | {task} | {r['seeds']} | {ratio} | "
                 f"{_pts(r['worst_margin'])} | {final} ({_pts(r['final_delta_points'])}) | "
-                f"{_num(r['entropy'])}{'' if r['entropy_kept'] else ' (below)'} | "
-                f"{_num(r['pass'])}{'' if r['pass_kept'] else ' (below)'} |"
+                f"{_num(r['entropy'])}{' (below)' if r['entropy_kept'] is False else ''} | "
+                f"{_num(r['pass'])}{' (below)' if r['pass_kept'] is False else ''} |"
             )
     return "\n".join(lines)
 
@@ -284,7 +336,8 @@ def plot_suite(suite: Suite, summaries: dict[str, dict[str, Any]], out: Path) ->
             run_dir = experiment.run_dir(method.name, seed)
             if (run_dir / SUMMARY_FILE).is_file():
                 runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
-        styles = _styles(list(runs), experiment.baseline)
+        extends = {m.name: m.extends for m in experiment.methods if m.extends is not None}
+        styles = _styles(list(runs), experiment.baseline, extends)
         _band(ax, runs, "accuracy", BASIS, scale=100.0, styles=styles)
         ax.set_title(task)
         ax.set_xlabel("compute, μ = 5 basis")
