@@ -55,12 +55,10 @@ def find_config(text: str | Path, beside: Path | None = None, *, what: str = "co
         as_path = beside / as_path
     is_file = as_path.is_file()
     if preset is not None and is_file:
+        how = f"as ./{raw}" if beside is None else "with its directory"
         raise ConfigError(
             f"{what} {raw!r}: both the preset {raw!r} ({preset}) and the file {as_path}; "
-            f"rename the file, or name it as ./{raw}"
-            if beside is None
-            else f"{what} {raw!r}: both the preset {raw!r} ({preset}) and the file {as_path}; "
-            "rename the file, or name it with its directory"
+            f"rename the file, or name it {how}"
         )
     if preset is not None:
         return preset
@@ -97,10 +95,10 @@ def read_layered(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return merged(read_layered(parent, (*chain, here)), data)
 
 
-def read_mapping(path: Path) -> dict[str, Any]:
+def read_mapping(path: Path, what: str = "config") -> dict[str, Any]:
     """One YAML file's top-level mapping, every failure one line naming the file."""
     if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+        raise ConfigError(f"{path}: no such {what} file")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as error:

@@ -31,14 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from llm_replay.config import ConfigError
-from llm_replay.experiments.compare import (
+from llm_replay.experiments.compare import planned_runs, run_experiment, summarise
+from llm_replay.experiments.experiment_file import (
     Experiment,
     Method,
     experiment_from_mapping,
-    planned_runs,
     read_experiment_file,
-    run_experiment,
-    summarise,
     with_baseline,
 )
 from llm_replay.runtime.layout import SUMMARY_FILE
