@@ -99,3 +99,27 @@ def test_the_learner_reports_the_covariance_the_same_in_any_micro_batching() -> 
         metrics = learner.step(sample)
         readings.append((metrics["loss/cov_fresh"], metrics["loss/cov_replayed"]))
     assert readings[0] == pytest.approx(readings[1], rel=1e-4)
+
+
+def test_a_token_control_reaches_the_loss_and_leaves_fresh_rows_alone() -> None:
+    from llm_replay.algorithms.token_control import TokenControl
+
+    model, _ = load_policy("builtin:tiny-chain-sum")
+    fresh = sample_for(model, np.random.default_rng(3))
+    mixed = dataclasses.replace(
+        fresh, sources=(np.arange(len(fresh)) % 2).astype(fresh.sources.dtype)
+    )
+    control = TokenControl(mode="clip_cov", fraction=0.5, low=-1e9, high=1e9, positive_weight=0.1)
+    grads, treated = [], []
+    for sample, settings in (
+        (fresh, LearnerSettings(grad_clip=0)),
+        (fresh, LearnerSettings(grad_clip=0, control=control)),
+        (mixed, LearnerSettings(grad_clip=0, control=control)),
+    ):
+        m = copy.deepcopy(model)
+        metrics = Learner(m, torch.optim.SGD(m.parameters(), lr=0.0), settings).step(sample)
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters() if p.grad is not None]))
+        treated.append(metrics.get("loss/cov_treated"))
+    torch.testing.assert_close(grads[0], grads[1])  # no replayed row: nothing to treat
+    assert treated[1] == 0.0 and treated[2] > 0
+    assert not torch.allclose(grads[0], grads[2])

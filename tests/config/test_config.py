@@ -62,6 +62,10 @@ def test_defaults_and_overrides() -> None:
             r"algorithm\.advantage = 'grpo': loss 'asymre' needs 'dr_grpo'",
         ),
         (["eval.pass_k=[0]"], r"eval\.pass_k = \[0\]"),
+        (["algorithm.token_control=cov"], r"algorithm\.token_control = 'cov'"),
+        (["algorithm.control_fraction=0"], r"algorithm\.control_fraction = 0\.0: must be in"),
+        (["algorithm.control_low=5"], r"algorithm\.control_low = 5\.0: must be below"),
+        (["algorithm.positive_weight=-1"], r"algorithm\.positive_weight = -1\.0: must be"),
         (["train.iterations=2.5"], r"train\.iterations = 2\.5: expected an integer"),
         (["log.tensorboard=maybe"], r"log\.tensorboard = 'maybe': expected true or false"),
         (["task.kind=dataset"], r"task\.path = None: kind 'dataset' needs"),
@@ -106,6 +110,13 @@ def test_a_loss_takes_its_own_knobs_beside_it_and_refuses_another_losses() -> No
         "kl_coef": 0.0,
         "entropy_coef": 0.0,
         "use_sampling_weights": False,
+        "token_control": "off",
+        "control_rows": "replayed",
+        "control_fraction": 2e-4,
+        "control_coef": 1.0,
+        "control_low": 1.0,
+        "control_high": 5.0,
+        "positive_weight": 1.0,
     }
     assert config_from_dict(config.to_dict()).algorithm == config.algorithm
     with pytest.raises(

@@ -73,6 +73,12 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
     assert zero.replay.options["zero_variance"].enabled
     with pytest.raises(ConfigError, match=r"algorithm.aggregation = 'sequence_mean'"):
         trl_arguments(load_config("on_policy", ["algorithm.aggregation=sequence_mean"]), tmp_path)
+    for override, name in (
+        ("algorithm.token_control=kl_cov", "token_control"),
+        ("algorithm.positive_weight=0.1", "positive_weight"),
+    ):
+        with pytest.raises(ConfigError, match=rf"algorithm\.{name}: not with backend 'trl'"):
+            trl_arguments(load_config("positive", [override]), tmp_path)
     with pytest.raises(ConfigError, match=r"generation\.skip\.enabled: not with backend 'trl'"):
         trl_arguments(load_config("positive_fixed_set"), tmp_path)
     anneal = trl_arguments(load_config("positive_anneal"), tmp_path)

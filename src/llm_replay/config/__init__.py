@@ -9,12 +9,14 @@ scalars (`--set optim.lr=1e-4 --set eval.pass_k=[1,4]`). Derived quantities are 
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
+from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.config import recipes
 from llm_replay.config.files import find_config, read_layered
 from llm_replay.config.parse import (
@@ -92,6 +94,35 @@ class AlgorithmConfig:
     use_sampling_weights: bool = setting(
         False, "weight each row by its sampler importance weight (prioritized replay)"
     )
+    token_control: Literal["off", "clip_cov", "kl_cov"] = setting(
+        "off",
+        "treat the high-covariance tokens of control_rows (arXiv 2505.22617): clip_cov stops the "
+        "gradient of a random share in (control_low, control_high), kl_cov adds "
+        "control_coef·|log π − log π_behav| to the top share",
+    )
+    control_rows: Literal["replayed", "all"] = setting(
+        "replayed", "whose tokens token_control and positive_weight treat"
+    )
+    control_fraction: float = setting(2e-4, "share of control_rows' tokens treated, in (0, 1]")
+    control_coef: float = setting(1.0, "kl_cov's β")
+    control_low: float = setting(1.0, "clip_cov: lower bound of the covariance band")
+    control_high: float = setting(5.0, "clip_cov: upper bound of the covariance band")
+    positive_weight: float = setting(
+        1.0,
+        "λ on control_rows' positive-advantage rows (W-REINFORCE, arXiv 2506.01347, uses 0.1): "
+        "successes pull less, failures push with full weight",
+    )
+
+    def token_controls(self) -> TokenControl:
+        return TokenControl(
+            mode=self.token_control,
+            fraction=self.control_fraction,
+            coef=self.control_coef,
+            low=self.control_low,
+            high=self.control_high,
+            rows=self.control_rows,
+            positive_weight=self.positive_weight,
+        )
 
     def check(self) -> None:
         required = loss_class(self.loss).advantage
@@ -102,6 +133,18 @@ class AlgorithmConfig:
             )
         check_positive("kl_coef", self.kl_coef, zero_ok=True)
         check_positive("entropy_coef", self.entropy_coef, zero_ok=True)
+        if not 0 < self.control_fraction <= 1:
+            raise ConfigError(f"control_fraction = {self.control_fraction!r}: must be in (0, 1]")
+        check_positive("control_coef", self.control_coef, zero_ok=True)
+        check_positive("positive_weight", self.positive_weight, zero_ok=True)
+        for key in ("control_low", "control_high"):
+            if not math.isfinite(getattr(self, key)):
+                raise ConfigError(f"{key} = {getattr(self, key)!r}: must be finite")
+        if self.control_low >= self.control_high:
+            raise ConfigError(
+                f"control_low = {self.control_low!r}: must be below control_high "
+                f"({self.control_high!r})"
+            )
 
     def build_loss(self) -> Loss:
         return loss_class(self.loss)(self.loss_settings)

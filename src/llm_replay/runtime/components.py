@@ -121,6 +121,8 @@ def learner_settings(config: Config) -> LearnerSettings:
         micro_batch_size=config.train.micro_batch_size,
         use_sampling_weights=a.use_sampling_weights,
         sum_norm_length=g.max_new_tokens,
+        control=a.token_controls(),
+        seed=config.train.seed,
     )
 
 

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
+    from llm_replay.algorithms.token_control import TokenControl
+
 from llm_replay.algorithms.losses.aggregation import AGGREGATIONS, aggregate, normalizer
 from llm_replay.algorithms.losses.base import (
     LOSSES,
@@ -74,13 +76,19 @@ def policy_loss(
     replayed: Tensor | None = None,
     aggregation: str = "token_mean",
     denominator: float | None = None,
+    control: TokenControl | None = None,
+    control_rows: Tensor | None = None,
+    generator: Any = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The scalar loss and its metrics (means over completion tokens).
 
     logprobs, behaviour_logprobs, proximal_logprobs, mask: [B, T]; advantages, weights: [B]
     (weights: per-rollout sampling weights, e.g. prioritized replay's importance weights);
     replayed: [B] bool, the rows a method drew from its table (read by `exgrpo`). A name is
-    built with the loss's default knobs.
+    built with the loss's default knobs. `control` treats chosen tokens on top of the loss
+    (`llm_replay.algorithms.token_control`: Clip-Cov, KL-Cov, a weight on replayed successes);
+    control_rows [B] bool are the rows its `rows: replayed` means (default: `replayed`; the
+    learner passes every reused row); `generator` seeds Clip-Cov's random pick.
     """
     if isinstance(loss, str):
         loss = build_loss(loss)
@@ -89,6 +97,13 @@ def policy_loss(
     mask = mask.to(logprobs.dtype)
     inputs = LossInputs(logprobs, behaviour_logprobs, advantages, mask, proximal_logprobs, replayed)
     per_token, parts = loss(inputs)
+    treated = None
+    if control is not None and control.active:
+        rows = control_rows if control_rows is not None else replayed
+        if rows is None:
+            rows = advantages.new_zeros(len(advantages)).bool()
+        treated = control.select(logprobs, advantages, mask, rows, generator)
+        per_token = control.apply(per_token, inputs.log_ratio, advantages, treated, rows)
     if weights is not None:
         per_token = per_token * weights[:, None]
     value = aggregate(per_token, mask, aggregation, denominator)
@@ -102,6 +117,8 @@ def policy_loss(
     metrics["loss/kl_behaviour"] = float((((-log_ratio).exp() - 1 + log_ratio) * mask).sum() / n)
     metrics["loss/sampled_nll"] = float(-(logprobs.detach() * mask).sum() / n)
     metrics["loss/log_ratio_m2"] = float((log_ratio.square() * mask).sum() / n)  # M2PO's
+    if treated is not None and control is not None and control.mode != "off":
+        metrics["loss/cov_treated"] = float(treated.sum() / n)
     return value, metrics
 
 

@@ -67,6 +67,12 @@ def trl_arguments(
             f"algorithm.aggregation = {a.aggregation!r}: backend 'trl' runs token_mean (loss_type "
             "'dapo')"
         )
+    if a.token_controls().active:
+        field = "token_control" if a.token_control != "off" else "positive_weight"
+        raise ConfigError(
+            f"algorithm.{field}: not with backend 'trl' (TRL computes its own loss); "
+            "runtime sync, threaded and ray apply it"
+        )
     if g.dynamic_sampling:
         raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
     if g.skip.enabled:
