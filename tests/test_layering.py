@@ -79,13 +79,20 @@ def test_the_buffer_imports_nothing_above_it() -> None:
             assert not above, f"{name} imports {sorted(above)}"
 
 
+def test_nothing_outside_the_cli_imports_it() -> None:
+    for name, targets in import_graph().items():
+        if not name.startswith("llm_replay.cli"):
+            upward = sorted(t for t in targets if t.startswith("llm_replay.cli"))
+            assert not upward, f"{name} imports {upward}"
+
+
 @pytest.mark.parametrize(
     "module",
     ["llm_replay.buffer", "llm_replay.config", "llm_replay.methods", "llm_replay.data",
      "llm_replay.experiments.analysis", "llm_replay.experiments.report",
      "llm_replay.experiments.compare", "llm_replay.experiments.archive", "llm_replay.cli",
      "llm_replay.cli.commands", "llm_replay.algorithms.losses", "llm_replay.runtime.layout",
-     "llm_replay.runtime.schedule"],
+     "llm_replay.runtime.schedule", "llm_replay.terminal"],
 )  # fmt: skip
 def test_light_modules_load_without_torch(module: str) -> None:
     code = (

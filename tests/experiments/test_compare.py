@@ -406,7 +406,7 @@ quick:
 def test_an_extended_method_continues_the_finished_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import llm_replay.cli.progress as training
+    import llm_replay.terminal as training
 
     monkeypatch.chdir(ROOT)
     path = write_extended_experiment(tmp_path)

@@ -1,10 +1,9 @@
 """The command line, `llm-replay train | eval | compare | report | methods | losses | inspect |
-rescore | demo` (`commands.py`), and what it shows in a terminal: progress bars and summary tables
-(`progress.py`), the `inspect` report of a saved table (`inspect_table.py`) and the demo
-(`demo.py`). The library itself only logs.
+rescore | demo` (`commands.py`), the `inspect` report of a saved table (`inspect_table.py`) and
+the demo (`demo.py`). Progress bars and summary tables live below it, in `llm_replay.terminal`,
+which the experiment tools and the TRL runner share; nothing outside `cli/` imports `cli`.
 
-`main` is imported when called, so that the terminal helpers (`cli.progress`, which the
-experiment tools use) load without the whole command line.
+`main` is imported when called, so that `import llm_replay.cli` stays light.
 """
 
 from __future__ import annotations

@@ -19,12 +19,12 @@ from rich.table import Table
 
 from llm_replay import __version__
 from llm_replay.buffer.checkpoint import CheckpointError
-from llm_replay.cli.progress import console, print_summary, run_training
 from llm_replay.config import ConfigError, load_config
 from llm_replay.data.rollout import InvalidRolloutError
 from llm_replay.experiments.comparison_table import comparison_markdown, print_comparison
 from llm_replay.models import ModelLoadError
 from llm_replay.tasks import TaskError
+from llm_replay.terminal import console, print_summary, run_training
 
 USER_ERRORS = (ConfigError, TaskError, ModelLoadError, CheckpointError, InvalidRolloutError)
 

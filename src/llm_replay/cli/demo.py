@@ -22,10 +22,10 @@ from typing import Any
 
 from rich.table import Table
 
-from llm_replay.cli.progress import console, print_summary, run_training
 from llm_replay.config import load_config
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.report import plot_accuracy_vs_compute
+from llm_replay.terminal import console, print_summary, run_training
 
 CONFIGS = {"replay": "positive", "on-policy": "on_policy"}
 BASIS = "mu_5"

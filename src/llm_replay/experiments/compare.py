@@ -120,7 +120,7 @@ def run_experiment(
     twice; each summarises whatever is finished when it ends (None: a part ended before any
     baseline run was finished, so there is nothing to compare yet). `runs` (a suite's share of
     its tasks' runs) replaces that selection, and then nothing is summarised."""
-    from llm_replay.cli.progress import console
+    from llm_replay.terminal import console
 
     i, n = part
     planned = planned_runs(experiment, only)
@@ -170,7 +170,7 @@ def planned_runs(
 
 
 def _run(experiment: Experiment, method: Method, seed: int, config: Any, progress: bool) -> None:
-    from llm_replay.cli.progress import run_training
+    from llm_replay.terminal import run_training
 
     if method.backend == "trl":
         from llm_replay.integrations.trl.runner import run_trl

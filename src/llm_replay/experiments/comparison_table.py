@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
-from llm_replay.cli.progress import console
+from llm_replay.terminal import console
 
 
 def _ratio_cell(ratio: float | None, interval: list[float | None] | None) -> str:

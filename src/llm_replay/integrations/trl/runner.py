@@ -251,7 +251,7 @@ class _RunLoopCallback(TrainerCallback):
 
 def run_trl(config: Config, *, show_progress: bool = True) -> dict[str, Any]:
     """Train `config` through TRL with a live line per evaluation; returns the summary."""
-    from llm_replay.cli.progress import console
+    from llm_replay.terminal import console
 
     def report(run: TRLRun, record: dict[str, Any]) -> None:
         if show_progress and "eval/accuracy" in record:

@@ -1,6 +1,7 @@
 """Running a training job in a terminal: a live progress bar and the summary table.
 
-The CLI, `compare` and the demo use these; the library's runtimes only log.
+The CLI, `compare`, the comparison table, the TRL runner and the demo use these; the library's
+runtimes only log. It sits below `cli/` so that none of them imports the command line.
 """
 
 from __future__ import annotations
