@@ -367,6 +367,7 @@ class MethodOption(ABC, Generic[OptionT]):
     paper: ClassVar[str]
     Config: ClassVar[type[OptionConfig]] = OptionConfig
     sets_replay_scale: ClassVar[bool] = False  # at most one such option drives the scale
+    stores_rows: ClassVar[bool] = False  # keeps rollouts that reach later batches (`stored_tables`)
 
     def __init__(self, settings: OptionConfig, context: MethodContext) -> None:
         if not isinstance(settings, self.Config):

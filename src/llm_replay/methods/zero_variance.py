@@ -62,6 +62,7 @@ class ZeroVarianceReplacement(MethodOption[ZeroVarianceConfig]):
         "instead of dynamic sampling."
     )
     paper = "requested in TRL #3973, #4764 and ms-swift #8429; cf. DAPO, arXiv 2503.14476"
+    stores_rows = True
     Config = ZeroVarianceConfig
 
     def __init__(self, settings: OptionConfig, context: MethodContext) -> None:

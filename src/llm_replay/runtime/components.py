@@ -18,6 +18,7 @@ from llm_replay.evaluation import Evaluator
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.learner import Learner, LearnerSettings
 from llm_replay.methods import MethodContext, ReplayPipeline
+from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.methods.table_spec import TableSpec
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.runtime.rollouts import RolloutMaker
@@ -130,14 +131,18 @@ def build_learner(config: Config, model: Any) -> Learner:
     return Learner(model, build_optimizer(config, model), learner_settings(config))
 
 
-def method_context(config: Config) -> MethodContext:
-    return MethodContext(
+def run_shape(config: Config) -> RunShape:
+    return RunShape(
         batch_size=config.train.batch_size,
         rollouts_per_step=config.generation.rollouts_per_step,
         group_size=config.generation.group_size,
         seed=config.train.seed,
         advantage=config.algorithm.advantage,
     )
+
+
+def method_context(config: Config) -> MethodContext:
+    return run_shape(config).context()
 
 
 @dataclass
@@ -182,9 +187,7 @@ def build_replay(config: Config) -> ReplayPipeline:
     from `replay.init_from`'s rollouts when given (a resumed run then loads its own state over
     it)."""
     r = config.replay
-    pipeline = ReplayPipeline.build(r.method, r.settings, method_context(config), r.options)
-    if r.init_from is not None:
-        from llm_replay.buffer import ReplayTable
-
-        pipeline.preload(ReplayTable.read(r.init_from))
-    return pipeline
+    host = ReplayHost.build(
+        r.method, r.settings, r.options, run_shape(config), init_from=r.init_from
+    )
+    return host.pipeline

@@ -123,8 +123,8 @@ def test_replayed_rows_come_back_identical_and_nothing_leaks(knobs: dict[str, An
         assert kept == sampler._live_groups()
     assert replayed > 0
     if "capacity" in knobs:
-        assert sampler.pipeline is not None
-        assert sampler.pipeline.method.table.size <= knobs["capacity"]
+        assert sampler.host is not None
+        assert sampler.host.pipeline.method.table.size <= knobs["capacity"]
 
 
 def test_advantages_are_the_methods_own() -> None:

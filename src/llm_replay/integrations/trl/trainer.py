@@ -22,9 +22,6 @@ loss with advantages A − δV and no `old_per_token_logps` (ratio 1 with the gr
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,7 +44,7 @@ from llm_replay.integrations.trl.rounds import (
     to_rollouts,
     to_trl_inputs,
 )
-from llm_replay.methods import MethodContext, ReplayPipeline
+from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.metrics import ComputeMeter
 
 STATE_DIR = "llm_replay"
@@ -68,22 +65,21 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             raise ValueError("tools: replay of tool-calling rollouts is not supported yet")
         a = self.args
         self.micro_rows = a.per_device_train_batch_size * self.accelerator.num_processes
-        context = MethodContext(
+        shape = RunShape(
             batch_size=self.micro_rows,
             rollouts_per_step=a.generation_batch_size,
             group_size=self.num_generations,
             seed=a.seed,
             advantage=a.advantage_estimator,
         )
-        self.pipeline = ReplayPipeline.build(
-            a.replay.method, a.replay.settings, context, a.replay.options
+        self.host = ReplayHost.build(a.replay.method, a.replay.settings, a.replay.options, shape)
+        self.host.refuse_restarts(
+            "replay_method",
+            a.replay_method,
+            "ReplayGRPOTrainer does not do; collect its pool in a native run and pass "
+            "replay_knobs.pool_path (phase I is then skipped)",
         )
-        if self.pipeline.method.restarts:
-            raise ValueError(
-                f"replay_method = {a.replay_method!r}: this method restarts from the base model "
-                "between phases, which ReplayGRPOTrainer does not do; collect its pool in a native "
-                "run and pass replay_knobs.pool_path (phase I is then skipped)"
-            )
+        self.pipeline = self.host.pipeline
         stale = a.replay.options.get("stale_rewards")
         if stale is not None and stale.enabled and getattr(stale, "policy", None) == "rescore":
             raise ValueError(
@@ -161,9 +157,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 if sample is not None:
                     return self._micro_batch(sample)
             fresh = self._fresh_round(generation_batch)
-            self.pipeline.signals.set_mu(self.meter.mu)
-            self.pipeline.signals.set_progress(self.budget_progress())
-            self._round = self.pipeline.batches(fresh)
+            self._round = self.host.round(fresh, mu=self.meter.mu, progress=self.budget_progress())
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         super()._save_checkpoint(model, trial)
@@ -171,18 +165,12 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             return
         folder = f"checkpoint-{self.state.global_step}"
         target = Path(self._get_output_dir(trial=trial)) / folder / STATE_DIR
-        staging = target.with_name(STATE_DIR + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        self.pipeline.save(staging)
         state = {
             "rounds": self.rounds,
             "meter": self.meter.state_dict(),
             "reward_version": self.reward_version,
         }
-        (staging / STATE_FILE).write_text(json.dumps(state))
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)
+        self.host.save(target, state, state_file=STATE_FILE)
 
     def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -194,8 +182,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 f"{directory}: no llm-replay state in this checkpoint (was it written by "
                 "ReplayGRPOTrainer?)"
             )
-        self.pipeline.load(directory)
-        state = json.loads((directory / STATE_FILE).read_text())
+        state = self.host.load(directory, state_file=STATE_FILE)
         self.rounds = int(state["rounds"])
         self.meter.load_state_dict(state["meter"])
         self.reward_version = int(state.get("reward_version", 0))

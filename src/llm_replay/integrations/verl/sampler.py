@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,11 +52,13 @@ from llm_replay.integrations.verl.trajectories import (
     content_key,
     split_rows,
 )
-from llm_replay.methods import MethodContext, ReplayPipeline
+from llm_replay.methods.host import ReplayHost, RunShape, replays_stored_rows
 
 log = logging.getLogger(__name__)
 STATE_DIR = "llm_replay"
 STATE_FILE = "sampler.json"
+PIPELINE_DIR = "pipeline"
+TRAJECTORIES_DIR = "trajectories"
 TRAIN = "train"
 
 
@@ -98,8 +98,10 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         except ConfigError as error:
             raise ValueError(str(error)) from None
         root = verl_root(sampler_kwargs)
+        replay = self.settings.replay
+        self.replays = replays_stored_rows(replay.method, replay.options)
         problems = startup_problems(
-            root, self.settings.replay.method, self.settings.advantage, self.settings.recipe
+            root, self.replays, self.settings.advantage, self.settings.recipe
         )
         self.group_size = self.settings.group_size or _int(
             lookup(root, "actor_rollout_ref.rollout.n")
@@ -113,7 +115,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.total_steps = self.settings.total_steps or run_length(root)
         directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
         self.checkpoint_dir = None if directory is None else Path(str(directory))
-        if max_off_policy_threshold is not None and self.settings.replay.method != "on_policy":
+        if max_off_policy_threshold is not None and self.replays:
             log.info(
                 "llm-replay sampler: verl's max_off_policy_threshold (%s) is a no-op in sync "
                 "mode; replayed rows age as the method's own knobs say (max_age where it has one)",
@@ -121,7 +123,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             )
         self.book = book
         self.store = TrajectoryStore()
-        self.pipeline: ReplayPipeline | None = None
+        self.host: ReplayHost | None = None
         self.prompts_per_step: int | None = None
         self.next_uid = 0
         self.next_group = 0
@@ -164,7 +166,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             fields=list_of_dict_to_tensordict(out_rows),
             tags=out_tags,
         )
-        pipeline = self._pipeline()
+        host = self._host()
         uids = [key.split("_", 1)[0] for key in out_keys]
         self.book.write(uids, advantages)
         self.issued = uids
@@ -172,7 +174,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.steps += 1
         metrics.update(
             {
-                **{f"llm_replay/{k}": float(v) for k, v in pipeline.metrics().items()},
+                **{f"llm_replay/{k}": float(v) for k, v in host.metrics().items()},
                 "llm_replay/fresh_rows": float(fresh_rows),
                 "llm_replay/refilled_prompts": float(refilled),
                 "llm_replay/trained_rows": float(len(out_keys)),
@@ -196,11 +198,9 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         fresh = self._to_rollouts(keys, list(fresh_meta.tags), rows, global_steps)
         if keys:
             tq.kv_clear(keys=keys, partition_id=TRAIN)
-        pipeline = self._pipeline()
-        pipeline.set_policy_version(global_steps - 1)
-        if self.total_steps:
-            pipeline.signals.set_progress(min(1.0, (global_steps - 1) / self.total_steps))
-        return list(pipeline.batches(fresh)), len(keys), metrics
+        progress = min(1.0, (global_steps - 1) / self.total_steps) if self.total_steps else None
+        batches = self._host().round(fresh, policy_version=global_steps - 1, progress=progress)
+        return list(batches), len(keys), metrics
 
     def _to_rollouts(
         self, keys: list[str], tags: list[dict[str, Any]], rows: list[dict[str, Any]], step: int
@@ -224,7 +224,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 groups[uid] = self.next_group
                 self.next_group += 1
             group_ids.append(groups[uid])
-        needs_behaviour = self.settings.replay.method != "on_policy"
+        needs_behaviour = self.replays
         behaviour = []
         for key, row in zip(keys, rows, strict=True):
             logprobs = row.get("rollout_log_probs")
@@ -282,20 +282,19 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         return keys, rows, tags, advantages
 
     def _live_groups(self) -> set[int]:
-        assert self.pipeline is not None
         live: set[int] = set()
-        tables = [t for part in self.pipeline.parts() for t in part.stored_tables()]
+        tables = [t for part in self._host().pipeline.parts() for t in part.stored_tables()]
         for table in tables:
             storage = table.storage
             live.update(int(g) for g in storage.group_id[storage.live_slots()])
         return live
 
     # ---------------------------------------------------------------- building, saving, resuming
-    def _pipeline(self) -> ReplayPipeline:
-        if self.pipeline is None:
+    def _host(self) -> ReplayHost:
+        if self.host is None:
             assert self.prompts_per_step is not None and self.group_size is not None
             mini = self.mini_batch_prompts or self.prompts_per_step
-            context = MethodContext(
+            shape = RunShape(
                 batch_size=mini * self.group_size,
                 rollouts_per_step=self.prompts_per_step * self.group_size,
                 group_size=self.group_size,
@@ -303,15 +302,12 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 advantage=self.settings.advantage,
             )
             replay = self.settings.replay
-            self.pipeline = ReplayPipeline.build(
-                replay.method, replay.settings, context, replay.options
+            host = ReplayHost.build(replay.method, replay.settings, replay.options, shape)
+            host.refuse_restarts(
+                "sampler_kwargs.method", replay.method, "verl's trainer does not do"
             )
-            if self.pipeline.method.restarts:
-                raise ValueError(
-                    f"{'sampler_kwargs'}.method = {replay.method!r}: this method restarts from "
-                    "the base model between phases, which verl's trainer does not do"
-                )
-        return self.pipeline
+            self.host = host
+        return self.host
 
     def _start(self, global_steps: int, batch_size: int) -> None:
         self.started = True
@@ -349,25 +345,21 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         return self.checkpoint_dir / f"global_step_{step}" / STATE_DIR
 
     def save(self, directory: Path) -> None:
-        """Write the sampler's whole state to `directory` atomically (a staging folder renamed)."""
-        staging = directory.with_name(directory.name + ".tmp")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        pipeline = self._pipeline()
-        (staging / "pipeline").mkdir()
-        pipeline.save(staging / "pipeline")
-        self.store.save(staging / "trajectories")
+        """Write the sampler's whole state to `directory` atomically (through the host)."""
         state = {
-            "method": pipeline.name,
             "prompts_per_step": self.prompts_per_step,
             "group_size": self.group_size,
             "next_uid": self.next_uid,
             "next_group": self.next_group,
             "steps": self.steps,
         }
-        (staging / STATE_FILE).write_text(json.dumps(state))
-        shutil.rmtree(directory, ignore_errors=True)
-        os.replace(staging, directory)
+        self._host().save(
+            directory,
+            state,
+            pipeline_dir=PIPELINE_DIR,
+            state_file=STATE_FILE,
+            also=lambda staging: self.store.save(staging / TRAJECTORIES_DIR),
+        )
 
     def load(self, directory: Path) -> None:
         state = json.loads((directory / STATE_FILE).read_text())
@@ -378,8 +370,8 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             )
         self.prompts_per_step = int(state["prompts_per_step"])
         self.group_size = int(state["group_size"])
-        self._pipeline().load(directory / "pipeline")
-        self.store = TrajectoryStore.load(directory / "trajectories")
+        self._host().load(directory, pipeline_dir=PIPELINE_DIR, state_file=STATE_FILE)
+        self.store = TrajectoryStore.load(directory / TRAJECTORIES_DIR)
         self.next_uid = int(state["next_uid"])
         self.next_group = int(state["next_group"])
         self.steps = int(state["steps"])

@@ -141,9 +141,12 @@ def lookup(root: Any, dotted: str) -> Any:
 
 
 def startup_problems(
-    root: Any, method: str, advantage: str = "grpo", recipe: str | None = None
+    root: Any, replays: bool, advantage: str = "grpo", recipe: str | None = None
 ) -> list[str]:
-    """What in verl's config would make a replayed batch wrong, each naming the setting."""
+    """What in verl's config would make a replayed batch wrong, each naming the setting.
+    `replays`: the method (or an option on it) trains rows after the weights that generated them
+    moved (`methods.host.replays_stored_rows`), so it needs behaviour log-probs and a
+    correction."""
     if root is None:
         return []
     problems = []
@@ -168,7 +171,7 @@ def startup_problems(
             "on the advantages the method decided (a replayed row alone in its group would "
             "get 0 from GRPO)"
         )
-    if method != "on_policy":
+    if replays:
         if lookup(root, "actor_rollout_ref.rollout.calculate_log_probs") is False:
             problems.append(
                 "actor_rollout_ref.rollout.calculate_log_probs = False: replayed rows need the "

@@ -1,0 +1,199 @@
+"""`ReplayHost`: the one object that owns a replay method inside any trainer.
+
+A method used to be hosted by hand in each front end, and the copies drifted (issue #39): the
+`MethodContext` was built in three places, the refusal of a method that restarts from the base
+model was written twice, the staged save twice. The host is where all of that lives, so a front
+end (our sync, threaded and Ray runtimes, `ReplayGRPOTrainer`, verl's `ReplaySampler`) only feeds
+it:
+
+- **building**: `ReplayHost.build(method, settings, options, shape)` makes the context from the
+  run's shape (`RunShape`: rows a gradient step, fresh rollouts a round, group size, seed,
+  advantage estimator) and the pipeline (`ReplayPipeline`: the method and its options), started
+  from another run's table where `init_from` says;
+- **capabilities**, asked instead of method names: whether it replays stored rows (and so needs
+  the behaviour log-probs and an off-policy correction), whether it follows the run's length
+  (the anneal schedule), whether it restarts from the base model (`refuse_restarts` says so in
+  the front end's words);
+- **per round and per step**: `round(fresh, policy_version=, mu=, progress=)` sets the signals
+  and yields the round's batches; `after_step(sample, metrics, policy_version)` records the
+  learner's statistics;
+- **save and load** through `buffer.checkpoint.atomic_directory`, with the front end's own state
+  beside the pipeline's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_replay.buffer import Sample
+from llm_replay.buffer.checkpoint import atomic_directory
+from llm_replay.data.rollout import RolloutBatch
+from llm_replay.methods.base import MethodConfig, MethodContext, OptionConfig
+from llm_replay.methods.pipeline import ReplayPipeline
+from llm_replay.methods.registry import OPTIONS, method_class
+
+HOST_FILE = "host.json"
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a method needs to know of the trainer hosting it."""
+
+    batch_size: int  # rows a gradient step
+    rollouts_per_step: int  # fresh rollouts a round
+    group_size: int
+    seed: int = 0
+    advantage: str = "grpo"
+
+    def context(self) -> MethodContext:
+        return MethodContext(
+            batch_size=self.batch_size,
+            rollouts_per_step=self.rollouts_per_step,
+            group_size=self.group_size,
+            seed=self.seed,
+            advantage=self.advantage,
+        )
+
+
+def replays_stored_rows(method: str, options: Mapping[str, OptionConfig] | None = None) -> bool:
+    """Whether a method with these options may train on a row after the weights that generated
+    it changed: the method keeps rows (every method but on-policy) or an option turned on does
+    (zero-variance replacement). Such a front end needs the behaviour log-probs and an
+    off-policy correction. Answered from the registry, before anything is built."""
+    if not method_class(method).consumes_rollouts:
+        return True
+    return any(OPTIONS[name].stores_rows for name, o in (options or {}).items() if o.enabled)
+
+
+class ReplayHost:
+    """A method with its options, context and signals, as every front end hosts it."""
+
+    def __init__(self, pipeline: ReplayPipeline, options: Mapping[str, OptionConfig]) -> None:
+        self.pipeline = pipeline
+        self.option_settings = dict(options)
+
+    @classmethod
+    def build(
+        cls,
+        method: str,
+        settings: MethodConfig,
+        options: Mapping[str, OptionConfig] | None,
+        shape: RunShape,
+        *,
+        init_from: str | Path | None = None,
+    ) -> ReplayHost:
+        options = dict(options or {})
+        pipeline = ReplayPipeline.build(method, settings, shape.context(), options)
+        if init_from is not None:
+            from llm_replay.buffer import ReplayTable
+
+            pipeline.preload(ReplayTable.read(init_from))
+        return cls(pipeline, options)
+
+    @property
+    def name(self) -> str:
+        return self.pipeline.name
+
+    @property
+    def signals(self) -> Any:
+        return self.pipeline.signals
+
+    @property
+    def context(self) -> MethodContext:
+        return self.pipeline.method.context
+
+    # ---------------------------------------------------------------- capabilities
+    @property
+    def replays_stored_rows(self) -> bool:
+        """Some row may be trained on after the weights that generated it changed (see the
+        module-level `replays_stored_rows`)."""
+        return replays_stored_rows(self.name, self.option_settings)
+
+    @property
+    def needs_behaviour_logprobs(self) -> bool:
+        """A replayed row's ratio is taken against the policy that generated it."""
+        return self.replays_stored_rows
+
+    @property
+    def follows_progress(self) -> bool:
+        """An option needs the run's length (the anneal schedule, as in `auto`)."""
+        return any(
+            OPTIONS[name].needs_progress(option)
+            for name, option in self.option_settings.items()
+            if option.enabled
+        )
+
+    @property
+    def restarts(self) -> bool:
+        return bool(self.pipeline.method.restarts)
+
+    def refuse_restarts(self, field: str, value: str, why: str) -> None:
+        """ValueError naming `field` if the method restarts from the base model between phases,
+        which a trainer that does not restart cannot host; `why` says so in its words."""
+        if self.restarts:
+            raise ValueError(
+                f"{field} = {value!r}: this method restarts from the base model between phases, "
+                f"which {why}"
+            )
+
+    # ---------------------------------------------------------------- per round and per step
+    def round(
+        self,
+        fresh: RolloutBatch,
+        *,
+        policy_version: int | None = None,
+        mu: float | None = None,
+        progress: float | None = None,
+    ) -> Iterator[Sample]:
+        """The signals the front end measured, then the round's batches."""
+        if policy_version is not None:
+            self.pipeline.set_policy_version(policy_version)
+        self.signals.set_mu(mu)
+        self.signals.set_progress(progress)
+        return self.pipeline.batches(fresh)
+
+    def after_step(self, sample: Sample, metrics: Mapping[str, float], policy_version: int) -> None:
+        self.pipeline.observe_step(sample, metrics)
+        self.pipeline.set_policy_version(policy_version)
+
+    def metrics(self) -> dict[str, float]:
+        return self.pipeline.metrics()
+
+    # ---------------------------------------------------------------- save and load
+    def save(
+        self,
+        target: Path,
+        state: Mapping[str, Any],
+        *,
+        pipeline_dir: str = ".",
+        state_file: str = HOST_FILE,
+        also: Callable[[Path], None] | None = None,
+    ) -> None:
+        """The pipeline under `target/pipeline_dir`, the front end's `state` as JSON beside it and
+        whatever `also` writes, all appearing at `target` at once (a crash leaves the previous
+        save in place)."""
+        with atomic_directory(Path(target)) as staging:
+            where = staging / pipeline_dir
+            where.mkdir(parents=True, exist_ok=True)
+            self.pipeline.save(where)
+            (staging / state_file).write_text(json.dumps({"method": self.name, **state}))
+            if also is not None:
+                also(staging)
+
+    def load(
+        self, source: Path, *, pipeline_dir: str = ".", state_file: str = HOST_FILE
+    ) -> dict[str, Any]:
+        """The front end's state saved with the pipeline, after loading the pipeline."""
+        path = Path(source) / state_file
+        if not path.is_file():
+            raise FileNotFoundError(f"{source}: no {state_file} (not a saved replay host)")
+        state: dict[str, Any] = json.loads(path.read_text())
+        saved = state.get("method", self.name)
+        if saved != self.name:
+            raise ValueError(f"{source}: saved by method {saved!r}, not {self.name!r}")
+        self.pipeline.load(Path(source) / pipeline_dir)
+        return state
