@@ -7,7 +7,7 @@ import pytest
 from llm_replay.buffer import MinSize
 from llm_replay.methods import METHODS, MethodContext, ReplayMethod
 from llm_replay.methods.table_spec import TableSpec
-from llm_replay.runtime.async_core import build_async_table
+from llm_replay.runtime.feeds import build_async_table
 from tests.conftest import tiny_config
 
 CONTEXT = MethodContext(batch_size=16, rollouts_per_step=32, group_size=8, seed=3)

@@ -11,7 +11,7 @@ import pytest
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import ConfigError, load_config
-from llm_replay.runtime.async_core import build_async_table, error_buffer, steps_per_iteration
+from llm_replay.runtime.feeds import build_async_table, error_buffer, steps_per_iteration
 from llm_replay.runtime.ingest import (
     IngestGate,
     WorkPlan,

@@ -1,22 +1,14 @@
-"""What the threaded and Ray runtimes share beyond the work plan: the async table, the learner's
-step, and the accounting of steps and deliveries.
+"""What the threaded and Ray runtimes share beyond the work plan: the learner's step and the
+accounting of steps and deliveries.
 
-How a method runs asynchronously follows from `ReplayPipeline.async_mode()` (the method's own
-mode; "rounds" whenever an option such as zero-variance replacement is on):
+How the method's rows reach the learner is its feed (`runtime/feeds.py`): `TableFeed` (workers
+fill the method's own table, the learner samples it at the replay ratio) or `RoundsFeed`
+(workers deliver rounds, the method composes each round's batches as in the sync loop).
 
-- "table": the method's own table, rate-limited at its samples-per-insert y (or the on-policy
-  queue), is filled by the workers; every learner step samples `train.batch_size` from it.
-- "rounds": workers deliver rounds (one work item = one sync iteration's fresh groups) to an intake
-  queue; the learner takes one round per iteration, and the method (with its options) composes
-  that round's batches exactly as in the sync loop — fresh-anchored prioritized, RLEP with a
-  collected pool, auto. A round comes out of the queue as rows (`ReplayTable.sample_batch`), so
-  it is padded once, at the learner. The queue holds at most `max(2, workers.count)` rounds,
-  which bounds how far generation runs ahead.
-
-`AsyncLearner.iteration` runs one logged iteration of learner steps (sample, train, advance the
-version, publish, time) and returns per-step records; `account_learner_steps` charges them to the
-run's meter and role clock, wherever the learner ran. Deliveries are charged by `account_delivery`
-in both runtimes.
+`AsyncLearner.iteration` runs one logged iteration of learner steps (draw from the feed, train,
+advance the version, publish, time) and returns per-step records; `account_learner_steps`
+charges them to the run's meter and role clock, wherever the learner ran. Deliveries are charged
+by `account_delivery` in both runtimes.
 """
 
 from __future__ import annotations
@@ -24,68 +16,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from llm_replay.buffer import ReplayTable, Sample, SampleToInsertRatio
-from llm_replay.buffer.rate_limit import RateLimiter, RateLimiterTimeout
+from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.buffer.rate_limit import RateLimiterTimeout
 from llm_replay.config import Config
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.learner import Learner, sample_metrics
 from llm_replay.methods import ReplayPipeline
-from llm_replay.methods.pipeline import async_mode
 from llm_replay.metrics import ComputeMeter, RoleClock
-from llm_replay.runtime.components import table_spec
+from llm_replay.runtime.feeds import Feed, TableClient, feed_class
 
 T = TypeVar("T")
 
 PRIVATE_KEYS = ("_busy", "_idle", "_table", "_weight_sync", "_rollouts")
-
-
-def steps_per_iteration(config: Config) -> int:
-    """Gradient steps per logged iteration in "table" mode: as many as a sync iteration takes on
-    average ("rounds" mode takes each round's own batches)."""
-    fresh = config.generation.rollouts_per_step
-    return max(1, round(config.replay.samples_per_insert * fresh / config.train.batch_size))
-
-
-def error_buffer(config: Config) -> float:
-    """The limiter's half-band in rollouts: configured, or twice the least that cannot deadlock."""
-    if config.workers.error_buffer is not None:
-        return config.workers.error_buffer
-    r = config.replay.samples_per_insert
-    return r * config.generation.rollouts_per_step + config.train.batch_size
-
-
-def build_async_table(config: Config) -> ReplayTable:
-    """The table the workers fill: one of the method's spec (rate-limited at its ratio), or the
-    intake queue of rounds; built from the config alone, so no method is built to get it."""
-    fresh, seed = config.generation.rollouts_per_step, config.train.seed
-    method = config.replay.method_class
-    if async_mode(method, bool(config.replay.enabled_options())) == "rounds":
-        return ReplayTable.queue(
-            fresh * max(2, config.workers.count),
-            max_insert_batch=fresh,
-            max_sample_batch=fresh,
-            seed=seed,
-            name="intake",
-        )
-    spec = table_spec(config)
-    if method.consumes_rollouts:  # the queue keeps its own limiter
-        return spec.build()
-    return spec.build(ratio_limiter(config, spec.max_rollouts))
-
-
-def ratio_limiter(config: Config, capacity: int) -> RateLimiter:
-    """The limiter that couples workers and learner at the replay ratio, for a table (or the
-    shards of one, together) of `capacity` rollouts."""
-    fresh, batch = config.generation.rollouts_per_step, config.train.batch_size
-    return SampleToInsertRatio(
-        config.replay.samples_per_insert,
-        min(capacity, max(batch, fresh)),
-        error_buffer(config),
-        max_insert_batch=fresh,
-        max_sample_batch=batch,
-    )
 
 
 def limiter_metrics(table: ReplayTable) -> dict[str, float]:
@@ -102,21 +46,6 @@ def limiter_metrics(table: ReplayTable) -> dict[str, float]:
         out["async/limiter_min_diff"] = float(limiter.min_diff)
         out["async/limiter_max_diff"] = float(limiter.max_diff)
     return out
-
-
-class TableClient(Protocol):
-    """The learner's handle on the table the workers fill: local, or a Ray actor."""
-
-    def sample(self, batch_size: int) -> tuple[Sample, float, float]:
-        """(sample, seconds blocked by the limiter, seconds of table work and transfer)."""
-        ...
-
-    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
-        """The next round from the intake queue of "rounds" mode, as rows (padding happens at
-        the learner), with the same two timings as `sample`."""
-        ...
-
-    def set_policy_version(self, version: int) -> None: ...
 
 
 class LocalTable:
@@ -160,48 +89,24 @@ class AsyncLearner:
         publish: Callable[[int], None],
     ) -> None:
         self.learner, self.client, self.pipeline, self.publish = learner, client, pipeline, publish
-        self.mode = pipeline.async_mode()
-        self.batch_size = config.train.batch_size
-        self.round_size = config.generation.rollouts_per_step
-        self.steps_per_iteration = steps_per_iteration(config)
+        self.feed: Feed = feed_class(config)(config, pipeline)
         self.publish_every = config.workers.publish_every
 
     def iteration(
         self, mu: float | None = None, progress: float | None = None
     ) -> list[dict[str, float]]:
-        """One logged iteration: `steps_per_iteration` draws ("table") or one round ("rounds");
-        `mu` and `progress` are the run's measured μ and budget progress, for the signals."""
+        """One logged iteration of the feed's draws; `mu` and `progress` are the run's measured
+        μ and budget progress, for the signals."""
         self.pipeline.signals.set_mu(mu)
         self.pipeline.signals.set_progress(progress)
-        if self.mode == "table":
-            return [
-                self._step(*self.client.sample(self.batch_size))
-                for _ in range(self.steps_per_iteration)
-            ]
-        fresh, idle, table_seconds = self.client.take_round(self.round_size)
-        steps: list[dict[str, float]] = []
-        batches = self.pipeline.batches(fresh)
-        while True:
-            start = time.perf_counter()
-            sample = next(batches, None)
-            composed = time.perf_counter() - start
-            if sample is None:
-                return steps
-            steps.append(self._step(sample, idle, table_seconds + composed))
-            idle = table_seconds = 0.0
+        return [self._step(*draw) for draw in self.feed.draws(self.client)]
 
     def _step(self, sample: Sample, idle: float, table_seconds: float) -> dict[str, float]:
         start = time.perf_counter()
         step = self.learner.step(sample)
         trained = time.perf_counter()
         version = self.learner.version
-        if self.mode == "table":  # the table and the method's state live with the workers' table
-            self.client.set_policy_version(version)
-            self.pipeline.signals.record_step(sample, step)
-            self.pipeline.signals.set_policy_version(version)
-        else:
-            self.pipeline.observe_step(sample, step)
-            self.pipeline.set_policy_version(version)
+        self.feed.after_step(self.client, sample, step, version)
         table_seconds += time.perf_counter() - trained
         synced = 0.0
         if version % self.publish_every == 0:

@@ -1,7 +1,7 @@
 """What asynchronous runtimes share on the generation side: work items, the one worker body
 (`make_item`: a thread and a Ray actor run the same code on an item) and exactly-once delivery.
 
-Generation workers and the learner meet only at the table (`async_core.build_async_table`): its
+Generation workers and the learner meet only at the table (`feeds.build_async_table`): its
 rate limiter blocks whichever side runs ahead.
 
 Work is handed out as `WorkItem`s (a slice of the run's prompt order plus the group ids to use),

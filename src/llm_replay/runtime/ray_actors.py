@@ -3,7 +3,7 @@ with `ray.remote` and places them with Ray resources.
 
 Each actor composes what it needs from the run's config (a plain dict, so the same YAML drives a
 laptop and a cluster) with `runtime.components`: the table actor builds the replay method's async
-table (`async_core.build_async_table`), a worker loads the policy and the task, the learner loads
+table (`feeds.build_async_table`), a worker loads the policy and the task, the learner loads
 the policy, its optimizer, the evaluation and the replay method, and runs the same
 `AsyncLearner` the threaded runtime does. Nothing here is specific to one machine; a cluster needs
 the package and the model path on every node, and the run directory on storage the learner and the
@@ -24,14 +24,10 @@ import torch
 from llm_replay.buffer import MinSize, ReplayTable, Sample, TableStats
 from llm_replay.config import config_from_dict
 from llm_replay.data.rollout import RolloutBatch
-from llm_replay.runtime.async_core import (
-    AsyncLearner,
-    TableClient,
-    build_async_table,
-    limiter_metrics,
-)
+from llm_replay.runtime.async_core import AsyncLearner, limiter_metrics
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
 from llm_replay.runtime.components import Policy, build_learner_parts, table_spec
+from llm_replay.runtime.feeds import TableClient, build_async_table
 from llm_replay.runtime.ingest import IngestGate, WorkItem, make_item
 from llm_replay.runtime.layout import METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.shards import ShardedClient
@@ -233,8 +229,7 @@ class LearnerActor:
         `progress` are the run's measured μ and budget progress (the driver's meter and schedule
         have them), for the method's signals."""
         steps = self.core.iteration(mu, progress)
-        rounds = self.replay.async_mode() == "rounds"
-        return steps, (self.replay.metrics() if rounds else self.replay.signals.metrics())
+        return steps, self.core.feed.metrics()
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         self.generator.policy_version = self.learner.version
@@ -250,12 +245,8 @@ class LearnerActor:
         )
 
     def save_method(self, directory: str) -> bool:
-        """The method's own state, in "rounds" mode (in "table" mode the table actor has it)."""
-        if self.replay.async_mode() != "rounds":
-            return False
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self.replay.save(Path(directory))
-        return True
+        """The method's own state where it lives with the learner (`Feed.save_method`)."""
+        return self.core.feed.save_method(Path(directory))
 
     def load(self, directory: str, version: int) -> None:
         # the driver resolved and verified `directory` (RayTrainer.load_checkpoint)
@@ -267,8 +258,7 @@ class LearnerActor:
             signals=self.replay.signals,
         )
         self.learner.version = version
-        if self.replay.async_mode() == "rounds":
-            self.replay.load(Path(directory) / REPLAY_DIR / METHOD_DIR)
+        self.core.feed.load_method(Path(directory) / REPLAY_DIR / METHOD_DIR)
         self._publish(version)
 
     def reward_failures(self) -> dict[str, int]:

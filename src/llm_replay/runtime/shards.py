@@ -11,7 +11,7 @@ samples from:
   sampler that is exactly a uniform draw from the union; for a weighted sampler it is the mixture
   of the shards' distributions weighted by size (not by total priority), which the docs state.
 - **The replay ratio is kept globally, by the front.** It holds the one limiter the unsharded
-  table would have (`async_core.ratio_limiter`, over the total capacity) and admits every insert
+  table would have (`feeds.ratio_limiter`, over the total capacity) and admits every insert
   and every sample against global counts before forwarding it; shards only refuse to sample
   while empty. Per-shard limiters with the ratio split were rejected: random mixture draws make
   each shard's samples-per-insert a random walk that an item-routed insert stream cannot follow,
@@ -48,7 +48,7 @@ from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.buffer.stats import TableStats, merge_stats
 from llm_replay.config import Config, config_from_dict
 from llm_replay.data.rollout import RolloutBatch
-from llm_replay.runtime.async_core import ratio_limiter
+from llm_replay.runtime.feeds import ratio_limiter
 
 SHARD_DIR = "shard-{index}"
 RETRY_SECONDS = 0.2

@@ -39,7 +39,6 @@ from llm_replay.runtime.async_core import (
     account_delivery,
     account_learner_steps,
     add_counts,
-    build_async_table,
     limiter_metrics,
 )
 from llm_replay.runtime.checkpoint import (
@@ -50,6 +49,7 @@ from llm_replay.runtime.checkpoint import (
     write_checkpoint,
 )
 from llm_replay.runtime.components import build_learner_parts
+from llm_replay.runtime.feeds import build_async_table
 from llm_replay.runtime.ingest import TABLE_DIR, IngestGate, WorkerError, WorkPlan, make_item
 from llm_replay.runtime.layout import CHECKPOINT_DIR, METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
@@ -278,10 +278,7 @@ class ThreadedTrainer(RunLoop):
             fresh, self._fresh_metrics = self._fresh_metrics, []
         self.iteration += 1
         record: dict[str, Any] = summarise_steps(fresh, steps)
-        if self.replay.async_mode() == "rounds":
-            record.update(self.replay.metrics())
-        else:  # the method's table is the workers' (async_metrics); its signals are here
-            record.update(self.replay.signals.metrics())
+        record.update(self.core.feed.metrics())
         record.update(self.async_metrics())
         return record
 
@@ -322,9 +319,7 @@ class ThreadedTrainer(RunLoop):
                 }
 
         def save_replay(directory: Path) -> dict[str, Any]:
-            if self.replay.async_mode() == "rounds":
-                (directory / METHOD_DIR).mkdir()
-                self.replay.save(directory / METHOD_DIR)
+            self.core.feed.save_method(directory / METHOD_DIR)
             saved = self.gate.save(directory / TABLE_DIR, snapshot)
             saved.pop("delivered_ids")
             return saved
@@ -357,8 +352,7 @@ class ThreadedTrainer(RunLoop):
             raise CheckpointError(f"{source}: not a checkpoint of an asynchronous run")
         check_state(source, state, ASYNC_STATE)
         self._set_table(ReplayTable.load(source / REPLAY_DIR / TABLE_DIR))
-        if self.replay.async_mode() == "rounds":
-            self.replay.load(source / REPLAY_DIR / METHOD_DIR)
+        self.core.feed.load_method(source / REPLAY_DIR / METHOD_DIR)
         self.plan.load_state(state["work_plan"])
         self.clock.load_state_dict(state["clock"])
         self.reward_counts = {k: int(v) for k, v in state["reward_counts"].items()}
