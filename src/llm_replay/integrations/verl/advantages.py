@@ -40,6 +40,10 @@ class AdvantageBook:
     def __len__(self) -> int:
         return len(self._values)
 
+    def has(self, uid: str) -> bool:
+        with self._lock:
+            return uid in self._values
+
     def read(self, uids: Sequence[str]) -> list[float]:
         with self._lock:
             missing = [uid for uid in uids if uid not in self._values]
@@ -63,8 +67,20 @@ def book_advantages(
     book: AdvantageBook = BOOK,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """verl's (advantages, returns), both [B, T]: each row's booked advantage on its response
-    tokens, 0 elsewhere."""
-    values = torch.tensor(book.read([str(uid) for uid in index]), dtype=torch.float32)
+    tokens, 0 elsewhere.
+
+    verl pads every step's batch to a multiple of lcm(data-parallel size, mini-batch × n) before
+    the advantage step (`_balance_batch`, `padding_utils.upsample_batch_to_divisible_size`), with
+    rows whose uid is `pad<hex>` and whose response mask is all zero. The sampler never returned
+    them, so they are not booked: such a row (not booked, no response token) gets advantage 0 and
+    never reaches the method. A row that is not booked but has response tokens is an error."""
+    uids = [str(uid) for uid in index]
+    mask = response_mask.to(torch.float32)
+    padding = {i for i, uid in enumerate(uids) if not book.has(uid) and not bool(mask[i].any())}
+    booked = [i for i in range(len(uids)) if i not in padding]
+    values = torch.zeros(len(uids), dtype=torch.float32)
+    if booked:
+        values[booked] = torch.tensor(book.read([uids[i] for i in booked]), dtype=torch.float32)
     values = values.to(device=token_level_rewards.device)
-    scores = values[:, None] * response_mask.to(torch.float32)
+    scores = values[:, None] * mask
     return scores, scores

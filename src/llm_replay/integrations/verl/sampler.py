@@ -158,8 +158,9 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                     "the method composed no batch from this step's rollouts and verl gave the "
                     "sampler no refill_fn to ask for more"
                 )
-            self.refill_fn(batch_size)  # the rows wait in the method's table for the next round
-            refilled += batch_size
+            count = self.refill_size(batch_size)
+            self.refill_fn(count)  # the rows wait in the method's table for the next round
+            refilled += count
         tq.kv_batch_put(
             keys=out_keys,
             partition_id=partition_id,
@@ -185,6 +186,18 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             }
         )
         return KVBatchMeta(partition_id=partition_id, keys=out_keys, tags=out_tags), metrics
+
+    def refill_size(self, batch_size: int) -> int:
+        """How many prompts to ask verl for when the method composed no batch: at least this
+        call's `batch_size` (train_batch_size / parameter_sync_step), rounded up to a multiple of
+        the `gen_batch_size` verl fetches prompts in (`data.gen_batch_size`, else
+        `train_batch_size`; verl sets it to 1 in its async modes), which its refill requires."""
+        gen = _int(lookup(self.root, "data.gen_batch_size")) or _int(
+            lookup(self.root, "data.train_batch_size")
+        )
+        if not gen or gen <= 0:
+            return batch_size
+        return max(1, -(-batch_size // gen)) * gen
 
     # ---------------------------------------------------------------- fresh rows in
     def _round(

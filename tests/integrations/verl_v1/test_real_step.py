@@ -1,0 +1,172 @@
+"""verl's own sync trainer step, `PPOTrainerSync.step`, driving our sampler: built by verl's
+`_build_replay_buffer` from the documented config diff, with verl's real `prepare_step`, refill
+(`_add_prompts_to_generate` and its `gen_batch_size` check), `_balance_batch` (padding to
+lcm(data-parallel size, mini-batch × n) with `pad<hex>` rows), bypass-mode old log-probs,
+`_compute_advantage` through the registered `llm_replay` estimator, and `_update_actor`. Only
+the workers are stubs: an agent loop that writes finished trajectories into TransferQueue as
+verl's does, and an actor worker group that records what it was asked to train."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import transfer_queue as tq
+from tests.integrations.verl_v1.sim import TRAIN, SimulatedVerl
+from tests.integrations.verl_v1.test_verl_config import verl_config
+from verl.trainer.ppo.v1 import PPOTrainerSync
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from llm_replay.integrations.verl import ReplaySampler
+
+pytestmark = pytest.mark.usefixtures("transfer_queue")
+
+N = 4  # rollouts per prompt
+PROMPTS = 4  # train_batch_size, in prompts
+
+
+class AgentLoop:
+    """verl's agent loop as TransferQueue sees it: every submitted prompt's N trajectories, then
+    the prompt's status "finished"."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.rows = SimulatedVerl(SimpleNamespace(), prompts=PROMPTS, n=N)
+        self.submitted: list[int] = []
+
+    def generate_sequences(self, batch: Any) -> None:
+        step = int(self.trainer.global_steps)
+        uids = [str(u) for u in batch["uid"]]
+        self.submitted.append(len(uids))
+        keys, fields, tags = [], [], []
+        for p, uid in enumerate(uids):
+            for s in range(N):
+                row, tag = self.rows.trajectory(step, p + 10 * len(self.submitted), s)
+                row["uid"] = uid
+                keys.append(f"{uid}_{s}_0")
+                fields.append(row)
+                tags.append(tag)
+        tq.kv_batch_put(
+            keys=keys, partition_id=TRAIN, fields=list_of_dict_to_tensordict(fields), tags=tags
+        )
+        status = {"is_prompt": True, "status": "finished", "global_steps": step}
+        tq.kv_batch_put(keys=uids, partition_id=TRAIN, tags=[dict(status) for _ in uids])
+
+
+class ActorWorkers:
+    """The actor worker group at `dp` data-parallel ranks: records each update's rows (keys,
+    padding tags, the advantages verl wrote) and reports PPO metrics."""
+
+    def __init__(self, dp: int) -> None:
+        self._dispatch_info = {"actor": list(range(dp))}
+        self.updates: list[dict[str, Any]] = []
+
+    def update_actor(self, batch: Any) -> dict[str, Any]:
+        data = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "uid"]
+        )
+        advantages = [float(a.sum()) if a.numel() else 0.0 for a in data["advantages"].unbind(0)]
+        self.updates.append(
+            {
+                "keys": list(batch.keys),
+                "padding": [bool(t.get("is_padding", False)) for t in batch.tags],
+                "uids": [str(u) for u in data["uid"]],
+                "advantage_sums": advantages,
+            }
+        )
+        return {"metrics": {"mfu": [0.0], "pg_clipfrac": [0.1], "entropy": [0.5]}}
+
+
+def build_trainer(tmp_path: Path, *extra: str, dp: int = 3) -> tuple[Any, AgentLoop, ActorWorkers]:
+    config = verl_config(
+        f"actor_rollout_ref.rollout.n={N}",
+        f"data.train_batch_size={PROMPTS}",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "trainer.total_training_steps=8",
+        f"trainer.default_local_dir={tmp_path}",
+        *extra,
+    )
+    trainer = PPOTrainerSync(config)  # builds our sampler through verl's _build_replay_buffer
+    assert isinstance(trainer.replay_buffer, ReplaySampler)
+    trainer.replay_buffer.poll_interval = 0.01
+    trainer.global_steps = 1
+    trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
+    workers = ActorWorkers(dp)
+    trainer.actor_rollout_wg = workers
+    trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])
+    trainer.checkpoint_manager = SimpleNamespace(
+        sleep_replicas=lambda: None, update_weights=lambda step: None
+    )
+    trainer.curr_step_profile = False
+    trainer.timing_raw = {}
+    loop = AgentLoop(trainer)
+    trainer.agent_loop_manager = loop
+    gen = config.data.get("gen_batch_size") or PROMPTS
+    trainer.train_dataloader = [
+        {"raw_prompt": np.array([[{"role": "user", "content": f"p{i}"}]] * gen, dtype=object)}
+        for i in range(64)
+    ]
+    trainer.train_dataloader_it = None
+    return trainer, loop, workers
+
+
+def with_method(method: str) -> list[str]:
+    """The documented diff with another method in place of `auto` (and verl's own loss)."""
+    return [
+        f"trainer.v1.sampler.sampler_kwargs.method={method}",
+        "~trainer.v1.sampler.sampler_kwargs.capacity",
+        "actor_rollout_ref.actor.policy_loss.loss_mode=vanilla",
+    ]
+
+
+def run_steps(trainer: Any, steps: int) -> list[dict[str, Any]]:
+    out = []
+    for _ in range(steps):
+        metrics: dict[str, Any] = {}
+        batch = trainer.step(metrics, {})
+        out.append(metrics)
+        tq.kv_clear(keys=batch.keys, partition_id=batch.partition_id)  # as fit does
+        trainer.global_steps += 1
+    return out
+
+
+@pytest.mark.parametrize("method", ["on_policy", "positive", "uniform", "compute_optimal"])
+def test_verls_real_step_pads_and_every_padding_row_gets_a_zero_advantage(
+    tmp_path: Path, method: str
+) -> None:
+    trainer, _, workers = build_trainer(tmp_path, *with_method(method), dp=3)
+    run_steps(trainer, 4)
+    assert workers.updates, "the actor was never updated"
+    padded = [u for u in workers.updates if any(u["padding"])]
+    assert padded, "dp = 3 with mini-batch 2 × n 4 should force padding (lcm 24)"
+    for update in workers.updates:
+        assert len(update["keys"]) % 24 == 0
+        for is_pad, uid, total in zip(
+            update["padding"], update["uids"], update["advantage_sums"], strict=True
+        ):
+            if is_pad:
+                assert uid.startswith("pad") and total == 0.0
+            else:
+                assert uid.startswith("llmreplay-")
+
+
+@pytest.mark.parametrize("sync_steps", [1, 4])
+def test_parameter_sync_step_and_the_refill_verl_accepts(tmp_path: Path, sync_steps: int) -> None:
+    """`sample` is asked for train_batch_size / parameter_sync_step prompts; the sampler's
+    refill (when the method composed nothing) is sized to verl's gen_batch_size, which verl's
+    `_next_train_batch` checks."""
+    trainer, loop, workers = build_trainer(
+        tmp_path,
+        *with_method("positive"),
+        f"+trainer.v1.sync.parameter_sync_step={sync_steps}",
+        dp=1,
+    )
+    assert trainer.parameter_sync_step == sync_steps
+    sampler = trainer.replay_buffer
+    assert sampler.refill_size(PROMPTS // sync_steps) == PROMPTS  # gen_batch_size = 4
+    run_steps(trainer, 3)
+    assert len(workers.updates) == 3 * sync_steps
+    assert all(count % PROMPTS == 0 for count in loop.submitted)
