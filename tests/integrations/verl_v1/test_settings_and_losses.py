@@ -164,6 +164,17 @@ def test_the_estimator_returns_each_rows_booked_advantage_on_its_tokens() -> Non
         book_advantages(torch.zeros(1, 3), mask[:1], ["a"], book=book)
 
 
+def test_verls_padding_rows_get_a_zero_advantage_and_real_unbooked_rows_still_fail() -> None:
+    book = AdvantageBook()
+    book.write(["a"], [1.5])
+    mask = torch.tensor([[1, 1], [0, 0], [0, 0]])  # verl's pad rows have an empty response mask
+    pad = "pad" + "0" * 32
+    advantages, _ = book_advantages(torch.zeros(3, 2), mask, ["a", pad, pad], book=book)
+    assert torch.equal(advantages, torch.tensor([[1.5, 1.5], [0.0, 0.0], [0.0, 0.0]]))
+    with pytest.raises(KeyError, match=f"uid '{pad}'"):  # a pad uid on a real row is an error
+        book_advantages(torch.zeros(1, 2), mask[:1], [pad], book=book)
+
+
 @pytest.mark.parametrize("mode", REGISTERED)
 def test_each_registered_loss_is_llm_replays_own_on_the_same_tensors(mode: str) -> None:
     name = mode.removeprefix(LOSS_PREFIX)
