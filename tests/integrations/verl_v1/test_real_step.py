@@ -21,6 +21,7 @@ from verl.trainer.ppo.v1 import PPOTrainerSync
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from llm_replay.integrations.verl import ReplaySampler
+from llm_replay.methods import METHODS
 
 pytestmark = pytest.mark.usefixtures("transfer_queue")
 
@@ -133,11 +134,16 @@ def run_steps(trainer: Any, steps: int) -> list[dict[str, Any]]:
     return out
 
 
-@pytest.mark.parametrize("method", ["on_policy", "positive", "uniform", "compute_optimal"])
+VERL_METHODS = sorted(set(METHODS) - {"rlep"})  # RLEP restarts the model, which verl does not
+
+
+@pytest.mark.parametrize("method", [*VERL_METHODS, "on_policy+zero_variance"])
 def test_verls_real_step_pads_and_every_padding_row_gets_a_zero_advantage(
     tmp_path: Path, method: str
 ) -> None:
-    trainer, _, workers = build_trainer(tmp_path, *with_method(method), dp=3)
+    name, _, option = method.partition("+")
+    extra = [f"+trainer.v1.sampler.sampler_kwargs.{option}.enabled=true"] if option else []
+    trainer, _, workers = build_trainer(tmp_path, *with_method(name), *extra, dp=3)
     run_steps(trainer, 4)
     assert workers.updates, "the actor was never updated"
     padded = [u for u in workers.updates if any(u["padding"])]
@@ -170,3 +176,19 @@ def test_parameter_sync_step_and_the_refill_verl_accepts(tmp_path: Path, sync_st
     run_steps(trainer, 3)
     assert len(workers.updates) == 3 * sync_steps
     assert all(count % PROMPTS == 0 for count in loop.submitted)
+
+
+def test_a_method_that_replays_stored_rows_gets_the_correction_checks_whatever_its_name(
+    tmp_path: Path,
+) -> None:
+    """`on_policy` trains each row once, but zero-variance replacement replays stored groups:
+    the behaviour log-probs are then required, as for any replay method."""
+    no_logprobs = "actor_rollout_ref.rollout.calculate_log_probs=false"
+    build_trainer(tmp_path, *with_method("on_policy"), no_logprobs)  # nothing replayed: fine
+    with pytest.raises(ValueError, match=r"calculate_log_probs = False: replayed rows need"):
+        build_trainer(
+            tmp_path,
+            *with_method("on_policy"),
+            "+trainer.v1.sampler.sampler_kwargs.zero_variance.enabled=true",
+            no_logprobs,
+        )
