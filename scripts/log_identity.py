@@ -56,6 +56,7 @@ TIMING = (
     "busy",
     "throughput",
     "latency",
+    "share_of",  # a share of measured seconds (async/table_share_of_learner)
 )
 
 
