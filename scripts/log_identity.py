@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,23 +46,17 @@ RUNS: dict[str, tuple[str, list[str]]] = {
     "trl_positive": ("positive", CHAIN),  # through `run_trl`, as `backend: trl` in compare
 }
 TRL = {"trl_positive"}
-TIMING = (
-    "seconds",
-    "wall",
-    "compute/mu",
-    "mu",
-    "per_s",
-    "idle",
-    "time",
-    "busy",
-    "throughput",
-    "latency",
-    "share_of",  # a share of measured seconds (async/table_share_of_learner)
-)
+TIMING_WORDS = {"seconds", "wall", "idle", "busy", "time", "throughput", "latency"}
 
 
 def is_timing(key: str) -> bool:
-    return any(part in key for part in TIMING)
+    """Measured seconds or what is derived from them: a key naming a timing word (a whole word of
+    the key, so `times_sampled` is a count), a rate per second, a share of time, or the measured μ (`compute/mu`,
+    `replay/mu`; `compute/mu_5` is a count)."""
+    words = set(re.split(r"[/_]", key))
+    measured_mu = key.rsplit("/", 1)[-1] == "mu"
+    time_share = "share_of" in key  # async/table_share_of_learner: a share of measured seconds
+    return measured_mu or time_share or bool(words & TIMING_WORDS) or key.endswith("_per_s")
 
 
 def run(tree: Path, out: Path, only: list[str] | None) -> None:

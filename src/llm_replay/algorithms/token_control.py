@@ -63,8 +63,11 @@ class TokenControl:
             raise TokenControlError(f"fraction = {self.fraction!r}: must be in (0, 1]")
         if not (math.isfinite(self.coef) and self.coef >= 0):
             raise TokenControlError(f"coef = {self.coef!r}: must be finite and >= 0")
-        if not (math.isfinite(self.low) and math.isfinite(self.high) and self.low < self.high):
-            raise TokenControlError(f"low = {self.low!r}, high = {self.high!r}: need low < high")
+        for name in ("low", "high"):
+            if not math.isfinite(getattr(self, name)):
+                raise TokenControlError(f"{name} = {getattr(self, name)!r}: must be finite")
+        if self.low >= self.high:
+            raise TokenControlError(f"low = {self.low!r}: must be below high ({self.high!r})")
         if not (math.isfinite(self.positive_weight) and self.positive_weight >= 0):
             raise TokenControlError(
                 f"positive_weight = {self.positive_weight!r}: must be finite and >= 0"

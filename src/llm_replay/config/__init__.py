@@ -9,14 +9,13 @@ scalars (`--set optim.lr=1e-4 --set eval.pass_k=[1,4]`). Derived quantities are 
 from __future__ import annotations
 
 import dataclasses
-import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
-from llm_replay.algorithms.token_control import TokenControl
+from llm_replay.algorithms.token_control import TokenControl, TokenControlError
 from llm_replay.config import recipes
 from llm_replay.config.files import find_config, read_layered
 from llm_replay.config.parse import (
@@ -67,6 +66,16 @@ __all__ = [
     "config_from_dict",
     "load_config",
 ]
+
+
+CONTROL_FIELDS = {  # TokenControl's knob → its setting under algorithm:
+    "mode": "token_control",
+    "rows": "control_rows",
+    "fraction": "control_fraction",
+    "coef": "control_coef",
+    "low": "control_low",
+    "high": "control_high",
+}
 
 
 @dataclass
@@ -133,18 +142,12 @@ class AlgorithmConfig:
             )
         check_positive("kl_coef", self.kl_coef, zero_ok=True)
         check_positive("entropy_coef", self.entropy_coef, zero_ok=True)
-        if not 0 < self.control_fraction <= 1:
-            raise ConfigError(f"control_fraction = {self.control_fraction!r}: must be in (0, 1]")
-        check_positive("control_coef", self.control_coef, zero_ok=True)
-        check_positive("positive_weight", self.positive_weight, zero_ok=True)
-        for key in ("control_low", "control_high"):
-            if not math.isfinite(getattr(self, key)):
-                raise ConfigError(f"{key} = {getattr(self, key)!r}: must be finite")
-        if self.control_low >= self.control_high:
-            raise ConfigError(
-                f"control_low = {self.control_low!r}: must be below control_high "
-                f"({self.control_high!r})"
-            )
+        try:
+            self.token_controls()
+        except TokenControlError as error:  # its message starts with the knob's own name
+            name, _, rest = str(error).partition(" = ")
+            field = CONTROL_FIELDS.get(name, name)
+            raise ConfigError(f"{field} = {rest}".replace(" high (", " control_high (")) from None
 
     def build_loss(self) -> Loss:
         return loss_class(self.loss)(self.loss_settings)

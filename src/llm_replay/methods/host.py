@@ -69,6 +69,11 @@ def replays_stored_rows(method: str, options: Mapping[str, OptionConfig] | None 
     return any(OPTIONS[name].stores_rows for name, o in (options or {}).items() if o.enabled)
 
 
+def follows_progress(options: Mapping[str, OptionConfig] | None = None) -> bool:
+    """Whether an option turned on needs the run's length (the anneal schedule, as in `auto`)."""
+    return any(OPTIONS[name].needs_progress(o) for name, o in (options or {}).items() if o.enabled)
+
+
 class ReplayHost:
     """A method with its options, context and signals, as every front end hosts it."""
 
@@ -121,11 +126,7 @@ class ReplayHost:
     @property
     def follows_progress(self) -> bool:
         """An option needs the run's length (the anneal schedule, as in `auto`)."""
-        return any(
-            OPTIONS[name].needs_progress(option)
-            for name, option in self.option_settings.items()
-            if option.enabled
-        )
+        return follows_progress(self.option_settings)
 
     @property
     def restarts(self) -> bool:

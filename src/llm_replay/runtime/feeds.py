@@ -89,7 +89,6 @@ class Feed(ABC):
     mode: ClassVar[AsyncMode]
 
     def __init__(self, config: Config, pipeline: ReplayPipeline) -> None:
-        self.config = config
         self.pipeline = pipeline
 
     @classmethod

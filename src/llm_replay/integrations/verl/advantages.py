@@ -40,9 +40,10 @@ class AdvantageBook:
     def __len__(self) -> int:
         return len(self._values)
 
-    def has(self, uid: str) -> bool:
+    def get(self, uids: Sequence[str]) -> list[float | None]:
+        """Each uid's advantage, None where none is booked."""
         with self._lock:
-            return uid in self._values
+            return [self._values.get(uid) for uid in uids]
 
     def read(self, uids: Sequence[str]) -> list[float]:
         with self._lock:
@@ -76,11 +77,15 @@ def book_advantages(
     never reaches the method. A row that is not booked but has response tokens is an error."""
     uids = [str(uid) for uid in index]
     mask = response_mask.to(torch.float32)
-    padding = {i for i, uid in enumerate(uids) if not book.has(uid) and not bool(mask[i].any())}
-    booked = [i for i in range(len(uids)) if i not in padding]
-    values = torch.zeros(len(uids), dtype=torch.float32)
-    if booked:
-        values[booked] = torch.tensor(book.read([uids[i] for i in booked]), dtype=torch.float32)
+    found = book.get(uids)
+    unbooked = [
+        uid
+        for uid, value, row in zip(uids, found, mask, strict=True)
+        if value is None and row.any()
+    ]
+    if unbooked:
+        book.read(unbooked)  # raises, naming the first
+    values = torch.tensor([0.0 if v is None else v for v in found], dtype=torch.float32)
     values = values.to(device=token_level_rewards.device)
     scores = values[:, None] * mask
     return scores, scores

@@ -17,7 +17,7 @@ from llm_replay.algorithms.losses import LOSSES
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
 from llm_replay.config.recipes import RECIPES
-from llm_replay.methods import OPTIONS
+from llm_replay.methods.host import follows_progress
 
 PREFIX = "sampler_kwargs"
 SAMPLER_KEYS = (
@@ -117,9 +117,7 @@ class SamplerSettings:
 
     def follows_progress(self) -> bool:
         """Whether an option needs the run's length (the anneal schedule, as in `auto`)."""
-        return any(
-            OPTIONS[name].needs_progress(option) for name, option in self.replay.enabled_options()
-        )
+        return follows_progress(self.replay.options)
 
 
 def verl_root(node: Any) -> Any:
