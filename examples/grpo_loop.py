@@ -43,7 +43,7 @@ learner = build_learner(config, policy.model)
 generator = policy.generator(config.train.seed)
 maker = policy.rollout_maker(generator)
 evaluator = policy.evaluator(generator)
-replay = build_replay(config)  # the method with its table and options
+replay = build_replay(config)  # the method's host: its table, options and signals
 meter = ComputeMeter(parameters=policy.parameters)
 
 print(f"method {config.replay.method}, loss {config.algorithm.loss}, {policy.parameters:,} params")
@@ -62,14 +62,12 @@ for iteration in range(1, args.iterations + 1):
 
     # 4. Replay: the method turns the round into batches. Each batch is one gradient step; the
     #    policy version moves after each, so a row drawn later in the round is older.
-    replay.signals.set_mu(meter.mu)
     losses, replayed = [], 0
-    for sample in replay.batches(fresh):
+    for sample in replay.round(fresh, mu=meter.mu):
         with meter.time("training"):
             step = learner.step(sample) | sample_metrics(sample)
         meter.add_training_step(len(sample), step)
-        replay.observe_step(sample, step)
-        replay.set_policy_version(learner.version)
+        replay.after_step(sample, step, learner.version)
         losses.append(step["loss/policy"])
         replayed += int(np.sum(sample.group_ids < first_group))  # rows of earlier rounds
 

@@ -12,8 +12,9 @@ it:
   from another run's table where `init_from` says;
 - **capabilities**, asked instead of method names: whether it replays stored rows (and so needs
   the behaviour log-probs and an off-policy correction), whether it follows the run's length
-  (the anneal schedule), whether it restarts from the base model (`refuse_restarts` says so in
-  the front end's words);
+  (the anneal schedule), whether it decides from the measured μ (`compute_optimal` without a
+  given `mu`), whether it restarts from the base model (`refuse_restarts` says so in the front
+  end's words);
 - **per round and per step**: `round(fresh, policy_version=, mu=, progress=)` sets the signals
   and yields the round's batches; `after_step(sample, metrics, policy_version)` records the
   learner's statistics;
@@ -69,6 +70,12 @@ def replays_stored_rows(method: str, options: Mapping[str, OptionConfig] | None 
     return any(OPTIONS[name].stores_rows for name, o in (options or {}).items() if o.enabled)
 
 
+def reads_measured_mu(method: str, settings: MethodConfig) -> bool:
+    """Whether `method` with `settings` decides from the run's measured μ (answered from the
+    registry, before anything is built)."""
+    return method_class(method).reads_measured_mu(settings)
+
+
 def follows_progress(options: Mapping[str, OptionConfig] | None = None) -> bool:
     """Whether an option turned on needs the run's length (the anneal schedule, as in `auto`)."""
     return any(OPTIONS[name].needs_progress(o) for name, o in (options or {}).items() if o.enabled)
@@ -111,6 +118,11 @@ class ReplayHost:
     def context(self) -> MethodContext:
         return self.pipeline.method.context
 
+    @property
+    def method(self) -> Any:
+        """The method itself (a front end that wires services into its context reads it)."""
+        return self.pipeline.method
+
     # ---------------------------------------------------------------- capabilities
     @property
     def replays_stored_rows(self) -> bool:
@@ -127,6 +139,13 @@ class ReplayHost:
     def follows_progress(self) -> bool:
         """An option needs the run's length (the anneal schedule, as in `auto`)."""
         return follows_progress(self.option_settings)
+
+    @property
+    def reads_measured_mu(self) -> bool:
+        """The method decides from the run's measured μ, which the front end must measure
+        (`compute_optimal` without a given `mu`)."""
+        method = self.pipeline.method
+        return method.reads_measured_mu(method.settings)
 
     @property
     def restarts(self) -> bool:
@@ -153,18 +172,43 @@ class ReplayHost:
         """The signals the front end measured, then the round's batches."""
         if policy_version is not None:
             self.pipeline.set_policy_version(policy_version)
-        self.signals.set_mu(mu)
-        self.signals.set_progress(progress)
+        self.set_run(mu=mu, progress=progress)
         return self.pipeline.batches(fresh)
 
-    def after_step(self, sample: Sample, metrics: Mapping[str, float], policy_version: int) -> None:
+    def set_run(self, *, mu: float | None, progress: float | None) -> None:
+        """The run's measured μ and budget progress (None: not known to this front end)."""
+        self.signals.set_mu(mu)
+        self.signals.set_progress(progress)
+
+    def after_step(
+        self, sample: Sample, metrics: Mapping[str, float], policy_version: int | None = None
+    ) -> None:
+        """The learner took a step on `sample` with these statistics (our learner's names,
+        `methods.signals.STEP_KEYS`); then the policy is at `policy_version`, where given."""
         self.pipeline.observe_step(sample, metrics)
-        self.pipeline.set_policy_version(policy_version)
+        if policy_version is not None:
+            self.pipeline.set_policy_version(policy_version)
+
+    def set_policy_version(self, version: int) -> None:
+        self.pipeline.set_policy_version(version)
+
+    def restart_due(self) -> bool:
+        """The method asks its trainer to restart from the base model now (RLEP)."""
+        return self.pipeline.restart_due()
 
     def metrics(self) -> dict[str, float]:
         return self.pipeline.metrics()
 
     # ---------------------------------------------------------------- save and load
+    def save_state(self, directory: Path) -> None:
+        """The pipeline's state into `directory`, for a front end whose own checkpoint is
+        already written atomically (our runtimes)."""
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.pipeline.save(Path(directory))
+
+    def load_state(self, directory: Path) -> None:
+        self.pipeline.load(Path(directory))
+
     def save(
         self,
         target: Path,

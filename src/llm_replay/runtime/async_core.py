@@ -23,7 +23,7 @@ from llm_replay.buffer.rate_limit import RateLimiterTimeout
 from llm_replay.config import Config
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.learner import Learner, sample_metrics
-from llm_replay.methods import ReplayPipeline
+from llm_replay.methods.host import ReplayHost
 from llm_replay.metrics import ComputeMeter, RoleClock
 from llm_replay.runtime.feeds import Feed, TableClient, feed_class
 
@@ -85,11 +85,11 @@ class AsyncLearner:
         config: Config,
         learner: Learner,
         client: TableClient,
-        pipeline: ReplayPipeline,
+        host: ReplayHost,
         publish: Callable[[int], None],
     ) -> None:
-        self.learner, self.client, self.pipeline, self.publish = learner, client, pipeline, publish
-        self.feed: Feed = feed_class(config)(config, pipeline)
+        self.learner, self.client, self.host, self.publish = learner, client, host, publish
+        self.feed: Feed = feed_class(config)(config, host)
         self.publish_every = config.workers.publish_every
 
     def iteration(
@@ -97,9 +97,8 @@ class AsyncLearner:
     ) -> list[dict[str, float]]:
         """One logged iteration of the feed's draws; `mu` and `progress` are the run's measured
         μ and budget progress, for the signals."""
-        self.pipeline.signals.set_mu(mu)
-        self.pipeline.signals.set_progress(progress)
-        return [self._step(*draw) for draw in self.feed.draws(self.client)]
+        draws = self.feed.draws(self.client, mu=mu, progress=progress)
+        return [self._step(*draw) for draw in draws]
 
     def _step(self, sample: Sample, idle: float, table_seconds: float) -> dict[str, float]:
         start = time.perf_counter()

@@ -17,7 +17,7 @@ from llm_replay.config import Config
 from llm_replay.evaluation import Evaluator
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.learner import Learner, LearnerSettings
-from llm_replay.methods import MethodContext, ReplayPipeline
+from llm_replay.methods import MethodContext
 from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.methods.table_spec import TableSpec
 from llm_replay.models import encode_prompts, load_policy
@@ -150,13 +150,13 @@ class LearnerParts:
     """The learner's side of a run, built the same way by every runtime (the sync loop, the
     threaded trainer, the Ray learner actor): the policy, its learner, the learner-side generator
     (evaluation's; the sync loop also generates with it, through `maker`), the evaluator and the
-    replay pipeline."""
+    replay host."""
 
     policy: Policy
     learner: Learner
     generator: HFGenerator
     evaluator: Evaluator
-    replay: ReplayPipeline
+    replay: ReplayHost
     maker: RolloutMaker | None = None
 
 
@@ -182,12 +182,11 @@ def table_spec(config: Config) -> TableSpec:
     return config.replay.method_class.table_spec(config.replay.settings, method_context(config))
 
 
-def build_replay(config: Config) -> ReplayPipeline:
+def build_replay(config: Config) -> ReplayHost:
     """The replay method named by `config.replay`, with the options turned on for it, started
     from `replay.init_from`'s rollouts when given (a resumed run then loads its own state over
     it)."""
     r = config.replay
-    host = ReplayHost.build(
+    return ReplayHost.build(
         r.method, r.settings, r.options, run_shape(config), init_from=r.init_from
     )
-    return host.pipeline

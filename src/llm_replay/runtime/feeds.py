@@ -31,8 +31,8 @@ from llm_replay.buffer import ReplayTable, Sample, SampleToInsertRatio
 from llm_replay.buffer.rate_limit import RateLimiter
 from llm_replay.config import Config
 from llm_replay.data.rollout import RolloutBatch
-from llm_replay.methods import ReplayPipeline
 from llm_replay.methods.base import AsyncMode
+from llm_replay.methods.host import ReplayHost
 from llm_replay.methods.pipeline import async_mode
 from llm_replay.runtime.components import table_spec
 
@@ -88,8 +88,8 @@ class Feed(ABC):
 
     mode: ClassVar[AsyncMode]
 
-    def __init__(self, config: Config, pipeline: ReplayPipeline) -> None:
-        self.pipeline = pipeline
+    def __init__(self, config: Config, host: ReplayHost) -> None:
+        self.host = host
 
     @classmethod
     @abstractmethod
@@ -97,9 +97,11 @@ class Feed(ABC):
         """The table the workers fill, built from the config alone (no method is built)."""
 
     @abstractmethod
-    def draws(self, client: TableClient) -> Iterator[Draw]:
+    def draws(
+        self, client: TableClient, *, mu: float | None = None, progress: float | None = None
+    ) -> Iterator[Draw]:
         """One logged iteration's samples, each with the seconds idle and in table work that
-        are charged to its step."""
+        are charged to its step; `mu` and `progress` are the run's, for the method's signals."""
 
     @abstractmethod
     def after_step(
@@ -123,8 +125,8 @@ class Feed(ABC):
 class TableFeed(Feed):
     mode = "table"
 
-    def __init__(self, config: Config, pipeline: ReplayPipeline) -> None:
-        super().__init__(config, pipeline)
+    def __init__(self, config: Config, host: ReplayHost) -> None:
+        super().__init__(config, host)
         self.batch_size = config.train.batch_size
         self.steps = steps_per_iteration(config)
 
@@ -135,7 +137,10 @@ class TableFeed(Feed):
             return spec.build()
         return spec.build(ratio_limiter(config, spec.max_rollouts))
 
-    def draws(self, client: TableClient) -> Iterator[Draw]:
+    def draws(
+        self, client: TableClient, *, mu: float | None = None, progress: float | None = None
+    ) -> Iterator[Draw]:
+        self.host.set_run(mu=mu, progress=progress)
         for _ in range(self.steps):
             yield client.sample(self.batch_size)
 
@@ -143,18 +148,18 @@ class TableFeed(Feed):
         self, client: TableClient, sample: Sample, step: dict[str, float], version: int
     ) -> None:
         client.set_policy_version(version)
-        self.pipeline.signals.record_step(sample, step)
-        self.pipeline.signals.set_policy_version(version)
+        self.host.signals.record_step(sample, step)  # the method's table is the workers'
+        self.host.signals.set_policy_version(version)
 
     def metrics(self) -> dict[str, float]:
-        return dict(self.pipeline.signals.metrics())
+        return dict(self.host.signals.metrics())
 
 
 class RoundsFeed(Feed):
     mode = "rounds"
 
-    def __init__(self, config: Config, pipeline: ReplayPipeline) -> None:
-        super().__init__(config, pipeline)
+    def __init__(self, config: Config, host: ReplayHost) -> None:
+        super().__init__(config, host)
         self.round_size = config.generation.rollouts_per_step
 
     @classmethod
@@ -168,9 +173,11 @@ class RoundsFeed(Feed):
             name="intake",
         )
 
-    def draws(self, client: TableClient) -> Iterator[Draw]:
+    def draws(
+        self, client: TableClient, *, mu: float | None = None, progress: float | None = None
+    ) -> Iterator[Draw]:
         fresh, idle, table_seconds = client.take_round(self.round_size)
-        batches = self.pipeline.batches(fresh)
+        batches = self.host.round(fresh, mu=mu, progress=progress)
         while True:
             start = time.perf_counter()
             sample = next(batches, None)
@@ -183,19 +190,17 @@ class RoundsFeed(Feed):
     def after_step(
         self, client: TableClient, sample: Sample, step: dict[str, float], version: int
     ) -> None:
-        self.pipeline.observe_step(sample, step)
-        self.pipeline.set_policy_version(version)
+        self.host.after_step(sample, step, version)
 
     def metrics(self) -> dict[str, float]:
-        return self.pipeline.metrics()
+        return self.host.metrics()
 
     def save_method(self, directory: Path) -> bool:
-        directory.mkdir(parents=True, exist_ok=True)
-        self.pipeline.save(directory)
+        self.host.save_state(directory)
         return True
 
     def load_method(self, directory: Path) -> None:
-        self.pipeline.load(directory)
+        self.host.load_state(directory)
 
 
 FEEDS: dict[str, type[Feed]] = {"table": TableFeed, "rounds": RoundsFeed}

@@ -1,10 +1,18 @@
-"""The run loop every runtime shares: budgets, evaluation cadence, logging, checkpoints, summary.
+"""The run driver every front end shares: budgets, evaluation cadence, logging, checkpoints, summary.
 
-A runtime (`SyncTrainer`, `ThreadedTrainer`, `RayTrainer`) supplies one training iteration, an
-evaluation of the current weights, and checkpoint save/load; `RunLoop.run` turns those into a run
-that stops on its iteration or compute budget, evaluates on schedule (`runtime/schedule.py`, the
-public schedule the TRL front end asks too), and writes `summary.json`.
-Keeping this in one place is what makes the three runtimes' logs and summaries comparable.
+Two layers, each a small set of abstract hooks:
+
+- `RunRecords`: what every front end's run records, whoever drives the iterations. A front end
+  supplies `steps`, `evaluate`, `reward_failures` (and optionally `extra_summary`, `close`);
+  the driver gives it `log_iteration` (a train record, then an evaluation where the public
+  schedule says one is due, `runtime/schedule.py`), `record_evaluation` and `summary`. The TRL
+  front end is one: TRL's trainer drives the optimizer steps, and a trainer callback calls
+  `log_iteration` after each.
+- `RunLoop`: our own runtimes (`SyncTrainer`, `ThreadedTrainer`, `RayTrainer`), which supply one
+  training iteration and checkpoint save/load as well; `RunLoop.run` drives them until the
+  iteration or compute budget, and writes `summary.json`.
+
+Keeping this in one place is what makes every front end's logs and summaries comparable.
 
 Ctrl-C (SIGINT, on the main thread) is deferred: the first one lets the iteration and its
 evaluation finish, saves a checkpoint at that boundary and stops (KeyboardInterrupt after the
@@ -22,6 +30,7 @@ import logging
 import signal
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,8 +59,9 @@ def summarise_steps(*sources: list[dict[str, float]]) -> dict[str, float]:
     return record
 
 
-class RunLoop:
-    """Base of every runtime. Subclasses set the attributes below and implement the hooks."""
+class RunRecords(ABC):
+    """The records of a run, for any front end (module docstring): subclasses set the attributes
+    below (through `_init_loop`) and implement the hooks."""
 
     config: Config
     run_dir: Path
@@ -68,38 +78,65 @@ class RunLoop:
         self.wall_start = time.perf_counter()
         self.schedule = RunSchedule(config)
         self.eval_pending = False  # an evaluation was due at `iteration` and has not been logged
+        self.at_boundary = True  # the current iteration's train record is logged
         self._stop_requested = False
         self._saved_at = -1  # the iteration of the last checkpoint this process wrote
 
     # ------------------------------------------------------------------ hooks
     @property
+    @abstractmethod
     def steps(self) -> int:
         """Gradient steps taken (the learner's policy version)."""
-        raise NotImplementedError
 
-    def train_iteration(self) -> dict[str, Any]:
-        raise NotImplementedError
-
+    @abstractmethod
     def evaluate(self) -> dict[str, float]:
-        raise NotImplementedError
+        """The current weights' held-out metrics (`eval/...`)."""
 
-    def save_checkpoint(self) -> Path:
-        raise NotImplementedError
+    @abstractmethod
+    def reward_failures(self) -> dict[str, int]:
+        """Reward calls that failed or timed out, by kind, for the summary."""
 
     def load_checkpoint(self) -> None:
-        raise NotImplementedError
-
-    def reward_failures(self) -> dict[str, int]:
-        raise NotImplementedError
+        """Restore the run from its checkpoint (a front end that resumes overrides it)."""
+        raise CheckpointError(f"{self.run_dir}: this front end does not resume runs")
 
     def extra_summary(self) -> dict[str, Any]:
         """Runtime-specific fields for summary.json (the async runtimes add their accounting)."""
         return {}
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a front end may hold nothing)
         """Release what the runtime holds (reward threads, workers, actors); called once at the end."""
 
-    # ------------------------------------------------------------------ the run
+    # ------------------------------------------------------------------ the records
+    def log_iteration(
+        self,
+        record: dict[str, Any],
+        spent_before: float,
+        logger: MetricsLogger,
+        *,
+        evaluated_at: int | None = None,
+    ) -> dict[str, Any]:
+        """Log the train record of the iteration now at `self.iteration` (begun with
+        `spent_before` of the budget's compute spent), then evaluate where the schedule says one
+        is due (`evaluated_at`: the iteration last evaluated, for a front end that logs several
+        records an iteration). Returns the record with the evaluation's fields."""
+        self.at_boundary = False
+        record = {
+            "kind": "train",
+            "iteration": self.iteration,
+            "steps": self.steps,
+            **record,
+            **self.meter.metrics(),
+        }
+        logger.log(record)
+        self.at_boundary = True
+        due = self.schedule.eval_due(
+            self.iteration, spent_before, self.meter, evaluated_at=evaluated_at
+        )
+        if due:
+            record.update(self.record_evaluation(logger))
+        return record
+
     def record_evaluation(self, logger: MetricsLogger) -> dict[str, Any]:
         """Evaluate the current weights, log the record and keep it for the summary."""
         self.eval_pending = True
@@ -134,6 +171,56 @@ class RunLoop:
             yaml.safe_dump(self.config.to_dict(), sort_keys=False)
         )
 
+    def summary(self) -> dict[str, Any]:
+        first, last = self.evals[0], self.evals[-1]
+        accuracies = [e["eval/accuracy"] for e in self.evals]
+        return {
+            "name": self.config.name,
+            "runtime": self.config.runtime,
+            "method": self.config.replay.method,
+            "loss": self.config.algorithm.loss,
+            "base_accuracy": first["eval/accuracy"],
+            "final_accuracy": last["eval/accuracy"],
+            "best_accuracy": max(accuracies),
+            "final_eval": {k: v for k, v in last.items() if k.startswith("eval/")},
+            "iterations": self.iteration,
+            "steps": self.steps,
+            "compute_seconds": {"total": self.meter.total_seconds, **self.meter.seconds},
+            "mu": self.meter.mu,
+            "flops": self.meter.flops,
+            "counts": dict(self.meter.counts),
+            "reward_failures": self.reward_failures(),
+            "wall_seconds": time.perf_counter() - self.wall_start,
+            "evals": [
+                {
+                    "iteration": e["iteration"],
+                    "steps": e["steps"],
+                    "compute_seconds": e["compute/seconds"],
+                    "accuracy": e["eval/accuracy"],
+                }
+                for e in self.evals
+            ],
+            **self.extra_summary(),
+        }
+
+
+class RunLoop(RunRecords):
+    """Our own runtimes' driver (module docstring): a runtime supplies one training iteration
+    and checkpoint save/load besides the records' hooks; `run` drives them."""
+
+    @abstractmethod
+    def train_iteration(self) -> dict[str, Any]:
+        """One round: generate (or take) fresh rollouts, train on the method's batches; the
+        iteration's train record (without the loop's own fields)."""
+
+    @abstractmethod
+    def save_checkpoint(self) -> Path:
+        """Write the run's state atomically; the checkpoint's directory."""
+
+    @abstractmethod
+    def load_checkpoint(self) -> None:
+        """Restore the run from its checkpoint."""
+
     def run(
         self,
         *,
@@ -148,7 +235,7 @@ class RunLoop:
             raise
         logger = MetricsLogger(self.run_dir, tensorboard=self.config.log.tensorboard)
         ckpt = self.config.log.checkpoint_every
-        at_boundary = True
+        self.at_boundary = True
         self._saved_at = -1
         try:
             with self._deferred_interrupt():
@@ -156,20 +243,9 @@ class RunLoop:
                     self.record_evaluation(logger)
                 self._stop_if_requested()
                 while not self.schedule.done(self.iteration, self.meter):
-                    at_boundary = False
+                    self.at_boundary = False
                     spent_before = self.schedule.spent(self.meter)
-                    record = self.train_iteration()
-                    record = {
-                        "kind": "train",
-                        "iteration": self.iteration,
-                        "steps": self.steps,
-                        **record,
-                        **self.meter.metrics(),
-                    }
-                    logger.log(record)
-                    at_boundary = True
-                    if self.schedule.eval_due(self.iteration, spent_before, self.meter):
-                        record.update(self.record_evaluation(logger))
+                    record = self.log_iteration(self.train_iteration(), spent_before, logger)
                     if ckpt and self.iteration % ckpt == 0:
                         self._checkpoint()
                     if on_iteration is not None:
@@ -180,7 +256,7 @@ class RunLoop:
                 self._checkpoint()
                 summary = self.summary()
         except KeyboardInterrupt:
-            if at_boundary and self._saved_at != self.iteration and not self._stop_requested:
+            if self.at_boundary and self._saved_at != self.iteration and not self._stop_requested:
                 self._checkpoint()  # an interrupt that did not come through our handler
             if self._saved_at == self.iteration:
                 log.warning(
@@ -245,35 +321,3 @@ class RunLoop:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
-
-    def summary(self) -> dict[str, Any]:
-        first, last = self.evals[0], self.evals[-1]
-        accuracies = [e["eval/accuracy"] for e in self.evals]
-        return {
-            "name": self.config.name,
-            "runtime": self.config.runtime,
-            "method": self.config.replay.method,
-            "loss": self.config.algorithm.loss,
-            "base_accuracy": first["eval/accuracy"],
-            "final_accuracy": last["eval/accuracy"],
-            "best_accuracy": max(accuracies),
-            "final_eval": {k: v for k, v in last.items() if k.startswith("eval/")},
-            "iterations": self.iteration,
-            "steps": self.steps,
-            "compute_seconds": {"total": self.meter.total_seconds, **self.meter.seconds},
-            "mu": self.meter.mu,
-            "flops": self.meter.flops,
-            "counts": dict(self.meter.counts),
-            "reward_failures": self.reward_failures(),
-            "wall_seconds": time.perf_counter() - self.wall_start,
-            "evals": [
-                {
-                    "iteration": e["iteration"],
-                    "steps": e["steps"],
-                    "compute_seconds": e["compute/seconds"],
-                    "accuracy": e["eval/accuracy"],
-                }
-                for e in self.evals
-            ],
-            **self.extra_summary(),
-        }

@@ -3,9 +3,10 @@
 The budget (`train.iterations`, and `train.compute_budget` on `train.budget_basis` or
 `train.compute_seconds` measured) and the evaluation points (every `eval.every` iterations, and
 each time the compute spent crosses a multiple of `eval.every_compute`) are read here and nowhere
-else. `RunLoop` asks it between iterations; the TRL front end asks it from a trainer callback
-after each optimizer step. So a budget or evaluation rule added here holds under every runtime
-and under TRL alike, with no front end reaching into another's private state.
+else. `RunRecords.log_iteration` asks it after each train record: between iterations in our
+runtimes, after each optimizer step in the TRL front end's trainer callback. So a budget or
+evaluation rule added here holds under every runtime and under TRL alike, with no front end
+reaching into another's private state.
 """
 
 from __future__ import annotations
@@ -50,10 +51,17 @@ class RunSchedule:
         step = self.eval.every_compute
         return step is not None and int(self.spent(meter) // step) > int(spent_before // step)
 
-    def eval_due(self, iteration: int, spent_before: float, meter: ComputeMeter) -> bool:
-        """After an iteration that began with `spent_before` spent: evaluate now?"""
-        return (
-            iteration % self.eval.every == 0
-            or self.done(iteration, meter)
-            or self.crossed(spent_before, meter)
-        )
+    def eval_due(
+        self,
+        iteration: int,
+        spent_before: float,
+        meter: ComputeMeter,
+        *,
+        evaluated_at: int | None = None,
+    ) -> bool:
+        """After an iteration (or, where several records make one, a part of it) that began
+        with `spent_before` spent: evaluate now? `evaluated_at`, the iteration last evaluated:
+        an iteration's `eval.every` point is then due once (TRL logs a record per optimizer
+        step, several a round)."""
+        every = iteration % self.eval.every == 0 and iteration != evaluated_at
+        return every or self.done(iteration, meter) or self.crossed(spent_before, meter)

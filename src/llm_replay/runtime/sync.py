@@ -181,16 +181,14 @@ class SyncTrainer(RunLoop):
             refreshed = self.reward_refresh.refresh(self.meter)
         fresh, record = self.generate_rollouts()
         record.update(refreshed)
-        self.replay.signals.set_mu(self.meter.mu)
-        self.replay.signals.set_progress(self.schedule.progress(self.iteration, self.meter))
+        progress = self.schedule.progress(self.iteration, self.meter)
         steps: list[dict[str, float]] = []
         with self.meter.time("training"):
-            for sample in self.replay.batches(fresh):
+            for sample in self.replay.round(fresh, mu=self.meter.mu, progress=progress):
                 step = self.learner.step(sample) | sample_metrics(sample)
                 steps.append(step)
                 self.meter.add_training_step(len(sample), step)
-                self.replay.observe_step(sample, step)
-                self.replay.set_policy_version(self.learner.version)
+                self.replay.after_step(sample, step, self.learner.version)
         self._publish()
         self.iteration += 1
         if self.replay.restart_due():
@@ -230,10 +228,10 @@ class SyncTrainer(RunLoop):
             self.reward_refresh.save_weights(directory)
 
     def _save_replay(self, directory: Path) -> None:
-        self.replay.save(directory)
+        self.replay.save_state(directory)
 
     def _load_replay(self, directory: Path, state: dict[str, Any]) -> None:
-        self.replay.load(directory)
+        self.replay.load_state(directory)
 
     def load_checkpoint(self) -> None:
         source, state = load_training_checkpoint(

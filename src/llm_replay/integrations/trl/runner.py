@@ -3,7 +3,7 @@
 The run uses the same task, model, held-out split, evaluator, budget basis and evaluation points
 as the native backend, and writes the same `metrics.jsonl` and `summary.json`, so TRL rows sit in
 the same tables and plots as ours. The HF training loop drives itself, so the run loop's
-bookkeeping (`RunLoop`: evaluation records, budget, summary) is called from a `TrainerCallback`
+bookkeeping (`RunRecords`: evaluation records, budget, summary) is called from a `TrainerCallback`
 after every optimizer step instead of after every iteration; an iteration here is a generation
 round. What maps where:
 
@@ -37,7 +37,7 @@ from llm_replay.integrations.trl.trainer import ReplayGRPOTrainer
 from llm_replay.metrics import ComputeMeter, MetricsLogger
 from llm_replay.runtime.components import Policy
 from llm_replay.runtime.layout import SUMMARY_FILE, TRL_DIR
-from llm_replay.runtime.loop import RunLoop
+from llm_replay.runtime.loop import RunRecords
 from llm_replay.tasks import SafeScorer, build_scorer, build_verifier
 
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
@@ -127,7 +127,7 @@ def trl_arguments(
     )
 
 
-class TRLRun(RunLoop):
+class TRLRun(RunRecords):
     """One run config trained by `ReplayGRPOTrainer`, logged like a native run."""
 
     def __init__(self, config: Config) -> None:
@@ -223,25 +223,21 @@ class _RunLoopCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         run = self.run
         run.iteration = run.trainer.rounds
-        record: dict[str, Any] = {
-            "kind": "train",
-            "iteration": run.iteration,
-            "steps": run.steps,
-            "reward/mean": run.trainer.last_round_reward,
-            "train/age_mean": run.trainer.last_draw.get("replay/age_mean"),
-            **run.trainer.replay_metrics(),
-            **run.meter.metrics(),
-            "wall_seconds": time.perf_counter() - run.wall_start,
-        }
-        self.logger.log(record)
         schedule, meter = run.schedule, run.meter
         run.trainer.progress_override = schedule.progress(run.iteration, meter)
-        # several optimizer steps train one round: its iteration's evaluation comes once
-        new_round = run.iteration != self.last_eval_iteration
-        if (new_round and run.iteration % run.config.eval.every == 0) or (
-            schedule.done(run.iteration, meter) or schedule.crossed(self.spent_before, meter)
-        ):
-            record.update(run.record_evaluation(self.logger))
+        evaluations = len(run.evals)
+        record = run.log_iteration(
+            {
+                "reward/mean": run.trainer.last_round_reward,
+                "train/age_mean": run.trainer.last_draw.get("replay/age_mean"),
+                **run.trainer.replay_metrics(),
+                "wall_seconds": time.perf_counter() - run.wall_start,
+            },
+            self.spent_before,
+            self.logger,
+            evaluated_at=self.last_eval_iteration,  # several optimizer steps train one round
+        )
+        if len(run.evals) > evaluations:
             self.last_eval_iteration = run.iteration
         if self.on_iteration is not None:
             self.on_iteration(run, record)

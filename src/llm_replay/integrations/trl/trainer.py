@@ -152,7 +152,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             return super()._prepare_inputs(generation_batch)  # type: ignore[no-any-return]
         while True:
             if self._round is not None:
-                self.pipeline.set_policy_version(self.state.global_step)
+                self.host.set_policy_version(self.state.global_step)
                 sample = next(self._round, None)
                 if sample is not None:
                     return self._micro_batch(sample)
@@ -286,7 +286,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         """The method's metrics (buffer size, …) and the compute counts, for TRL's logs."""
         out = {
             f"replay/{k}": float(v)
-            for k, v in self.pipeline.metrics().items()
+            for k, v in self.host.metrics().items()
             if not k.startswith("buffer/") or k in BUFFER_METRICS
         }
         c = self.meter.counts
@@ -335,6 +335,6 @@ class _StepTimer(TrainerCallback):
         t.meter.add_seconds("training", max(0.0, time.perf_counter() - self.started - generation))
         t.meter.add(gradient_steps=1)
         if t.last_sample is not None:
-            t.pipeline.observe_step(t.last_sample, trl_step_metrics(t._metrics["train"]))
+            t.host.after_step(t.last_sample, trl_step_metrics(t._metrics["train"]))
         for key, value in t.replay_metrics().items():
             t._metrics["train"][key] = [value]  # a running total: log the latest, not a mean
