@@ -194,6 +194,12 @@ class ReplayMethod(ABC, Generic[SettingsT]):
             )
 
     @classmethod
+    def reads_measured_mu(cls, settings: Any) -> bool:
+        """Whether, with `settings`, the method decides from the run's measured μ
+        (`signals.mu`), which a front end must then measure."""
+        return False
+
+    @classmethod
     def async_mode(cls) -> AsyncMode:
         return cls.async_batches
 

@@ -146,6 +146,10 @@ class ComputeOptimalReplay(TableReplay[ComputeOptimalConfig]):
         self.rho = per_step * y * fresh_per_batch  # per round of age at the y chosen
         return y
 
+    @classmethod
+    def reads_measured_mu(cls, settings: Any) -> bool:
+        return bool(settings.mu is None)
+
     def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
         step = self.context.signals.step  # this step's statistics, recorded just before
         if "kl_behaviour" in step and "age_mean" in step:

@@ -12,11 +12,19 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
 
 from llm_replay.algorithms.losses import policy_loss
 from llm_replay.integrations.verl import ReplaySampler
 from llm_replay.integrations.verl.advantages import AdvantageBook, book_advantages
-from llm_replay.integrations.verl.plugin import LOSS_PREFIX, NOT_IN_VERL, REGISTERED, verl_loss
+from llm_replay.integrations.verl.plugin import (
+    LOSS_PREFIX,
+    METRIC_PREFIX,
+    NOT_IN_VERL,
+    REGISTERED,
+    verl_loss,
+)
+from llm_replay.integrations.verl.sampler import AsyncReplaySampler
 from llm_replay.integrations.verl.trajectories import (
     Trajectory,
     TrajectoryStore,
@@ -52,9 +60,18 @@ def test_bad_sampler_kwargs_name_the_knob(kwargs: dict[str, Any], message: str) 
         build(kwargs)
 
 
-def test_async_trainers_are_refused_by_name() -> None:
-    with pytest.raises(ValueError, match="trainer_mode = 'separate_async'"):
-        build({"method": "positive"}, mode="separate_async")
+def test_the_configured_name_builds_the_class_each_mode_needs_and_an_unknown_mode_is_named() -> (
+    None
+):
+    assert type(build({"method": "positive"}, mode="sync")) is ReplaySampler
+    for mode in ("colocate_async", "separate_async"):
+        sampler = build({"method": "positive"}, mode=mode)
+        assert isinstance(sampler, AsyncReplaySampler)
+        assert isinstance(sampler, ReplayBufferAsync)  # verl's waits, staleness and refills
+    with pytest.raises(ValueError, match="trainer_mode = 'fully_async'"):
+        build({"method": "positive"}, mode="fully_async")
+    with pytest.raises(ValueError, match="name ReplaySampler"):
+        AsyncReplaySampler("sync", {}, None, "drop", OmegaConf.create({"method": "positive"}))
 
 
 def verl_config(**overrides: Any) -> Any:
@@ -183,9 +200,14 @@ def test_each_registered_loss_is_llm_replays_own_on_the_same_tensors(mode: str) 
     new = (old + 0.3 * torch.randn(3, 5, generator=generator)).requires_grad_()
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 1, 0, 0, 0]])
     rows = torch.tensor([1.0, -0.5, 0.25])
-    verl_value, _ = verl_loss(name)(old, new, rows[:, None] * mask, mask, "token-mean")
-    ours, _ = policy_loss(name, new, old, rows, mask, aggregation="token_mean")
+    verl_value, verl_metrics = verl_loss(name)(old, new, rows[:, None] * mask, mask, "token-mean")
+    ours, our_metrics = policy_loss(name, new, old, rows, mask, aggregation="token_mean")
     torch.testing.assert_close(verl_value, ours)
+    # the behaviour statistics a method reads, under verl's actor prefix (the sampler maps them)
+    assert {k.removeprefix(METRIC_PREFIX): v for k, v in verl_metrics.items()} == {
+        k.removeprefix("loss/"): v for k, v in our_metrics.items()
+    }
+    assert {"actor/llm_replay_kl_behaviour", "actor/llm_replay_log_ratio_m2"} <= set(verl_metrics)
     (verl_grad,) = torch.autograd.grad(verl_value, new)
     (our_grad,) = torch.autograd.grad(ours, new)
     torch.testing.assert_close(verl_grad, our_grad)

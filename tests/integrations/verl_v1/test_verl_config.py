@@ -5,6 +5,7 @@ verl's own loaders build our sampler, callback, estimator and loss from the resu
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ import verl
 from hydra import compose, initialize_config_dir
 from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
 from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn
-from verl.utils.import_utils import load_extern_type
+from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
 from llm_replay.integrations.verl import ReplayCheckpointCallback, ReplaySampler
 from llm_replay.integrations.verl.plugin import estimator
@@ -37,17 +38,14 @@ def verl_config(*extra: str) -> Any:
 
 
 def build_as_verl_does(config: Any) -> Any:
-    """`PPOTrainer._build_replay_buffer` for a custom sampler."""
-    sampler = config.trainer.v1.sampler
-    cls = load_extern_type(sampler.custom_sampler.path, sampler.custom_sampler.name)
-    return cls(
+    """verl's own `PPOTrainer._build_replay_buffer`, on an object with the three attributes it
+    reads (the whole trainer builds workers; `test_fit.py` builds that)."""
+    trainer = SimpleNamespace(
+        config=config,
         trainer_mode=config.trainer.v1.trainer_mode,
-        trainer_config=config.trainer.v1.get(config.trainer.v1.trainer_mode, {}),
-        max_off_policy_threshold=sampler.max_off_policy_threshold,
-        max_off_policy_strategy=sampler.max_off_policy_strategy,
-        sampler_kwargs=sampler.sampler_kwargs,
-        refill_fn=lambda n: n,
+        _add_prompts_to_generate=lambda count: count,
     )
+    return PPOTrainer._build_replay_buffer(trainer)
 
 
 def test_verl_builds_our_sampler_callback_estimator_and_loss_from_the_documented_diff() -> None:

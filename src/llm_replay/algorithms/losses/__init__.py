@@ -107,19 +107,28 @@ def policy_loss(
     if weights is not None:
         per_token = per_token * weights[:, None]
     value = aggregate(per_token, mask, aggregation, denominator)
-    n = mask.sum().clamp(min=1)
-    metrics = {
-        f"loss/{key}": float((part.detach() * mask).sum() / n) for key, part in parts.items()
-    }
-    if "ratio" in parts:
-        metrics["loss/ratio_max"] = float((parts["ratio"].detach() * mask).max())
-    log_ratio = inputs.log_ratio.detach().clamp(-20.0, 20.0)  # a floored token stays finite
-    metrics["loss/kl_behaviour"] = float((((-log_ratio).exp() - 1 + log_ratio) * mask).sum() / n)
-    metrics["loss/sampled_nll"] = float(-(logprobs.detach() * mask).sum() / n)
-    metrics["loss/log_ratio_m2"] = float((log_ratio.square() * mask).sum() / n)  # M2PO's
+    metrics = {f"loss/{key}": v for key, v in loss_statistics(inputs, parts).items()}
     if treated is not None and control is not None and control.mode != "off":
-        metrics["loss/cov_treated"] = float(treated.sum() / n)
+        metrics["loss/cov_treated"] = float(treated.sum() / mask.sum().clamp(min=1))
     return value, metrics
+
+
+def loss_statistics(inputs: LossInputs, parts: dict[str, Tensor]) -> dict[str, float]:
+    """A loss's parts and the behaviour statistics a method reads (`methods.signals`), as means
+    over the completion tokens: `ratio_max`, `kl_behaviour` (the k3 estimate of KL(behaviour ‖
+    current)), `sampled_nll` and `log_ratio_m2` (M2PO's second moment). Every front end that
+    runs our losses reports these under one set of names (ours: `loss/<name>`; verl's actor:
+    `actor/llm_replay_<name>`)."""
+    mask = inputs.mask
+    n = mask.sum().clamp(min=1)
+    out = {key: float((part.detach() * mask).sum() / n) for key, part in parts.items()}
+    if "ratio" in parts:
+        out["ratio_max"] = float((parts["ratio"].detach() * mask).max())
+    log_ratio = inputs.log_ratio.detach().clamp(-20.0, 20.0)  # a floored token stays finite
+    out["kl_behaviour"] = float((((-log_ratio).exp() - 1 + log_ratio) * mask).sum() / n)
+    out["sampled_nll"] = float(-(inputs.logprobs.detach() * mask).sum() / n)
+    out["log_ratio_m2"] = float((log_ratio.square() * mask).sum() / n)
+    return out
 
 
 def describe_losses() -> list[dict[str, Any]]:

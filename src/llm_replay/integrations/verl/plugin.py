@@ -27,10 +27,13 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from llm_replay.algorithms.losses import LOSSES, LossInputs, build_loss
+from llm_replay.algorithms.losses import LOSSES, LossInputs, build_loss, loss_statistics
 from llm_replay.integrations.verl.advantages import ESTIMATOR, book_advantages
 
 LOSS_PREFIX = "llm_replay_"
+METRIC_PREFIX = (
+    f"actor/{LOSS_PREFIX}"  # a loss part or behaviour statistic, as verl's actor logs it
+)
 NOT_IN_VERL = {"exgrpo": "needs to know which rows were replayed, which verl's loss is not told"}
 
 
@@ -62,19 +65,16 @@ def verl_loss(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, Any]]]:
     ) -> tuple[torch.Tensor, dict[str, Any]]:
         mask = response_mask.to(log_prob.dtype)
         row_advantages = (advantages * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-        per_token, parts = loss(LossInputs(log_prob, old_log_prob, row_advantages, mask))
+        inputs = LossInputs(log_prob, old_log_prob, row_advantages, mask)
+        per_token, parts = loss(inputs)
         if rollout_is_weights is not None:
             per_token = per_token * rollout_is_weights
         batch_info = getattr(config, "global_batch_info", None) or {}
         value = agg_loss(
             loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch_info
         )
-        tokens = mask.sum().clamp(min=1)
-        metrics = {
-            f"actor/{LOSS_PREFIX}{key}": float((part.detach() * mask).sum() / tokens)
-            for key, part in parts.items()
-        }
-        return value, metrics
+        statistics = loss_statistics(inputs, parts)
+        return value, {f"{METRIC_PREFIX}{key}": v for key, v in statistics.items()}
 
     policy_loss.__name__ = f"{LOSS_PREFIX}{name}"
     return policy_loss

@@ -18,28 +18,38 @@ survives in the sampler (`trajectories.py`) for as long as the method's tables h
 A verl step with replay ratio y trains on y·R rows (R = train_batch_size × rollout.n), in
 y·R / (ppo_mini_batch_size × n) optimizer steps, as `replay_ratio` means in llm-replay.
 
-Scope: verl's `sync` trainer. Validation batches pass through verl's own sampler unchanged.
+Modes: verl's `sync` trainer builds `ReplaySampler` on verl's `ReplayBuffer`; its async trainers
+(`colocate_async`, `separate_async`) get `AsyncReplaySampler` from the same configured name, on
+verl's `ReplayBufferAsync`, so verl's own staleness control (`max_off_policy_threshold`, drop or
+wait), failure eviction, refills and `wait_for_sampleable` / `get_sampleable_count` decide which
+fresh groups arrive, and the method decides what is replayed: the threshold bounds a fresh
+group's age when it is first trained, the method's `max_age` (counted from the same
+`min_global_steps`) how long a stored row is replayed; a fresh group older than `max_age` is
+trained once and never stored (the table evicts it on insert). Validation batches pass through
+verl's own sampler unchanged. The learner-side signals and μ come from verl's actor
+(`observer.py`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import Sample
 from llm_replay.config.parse import ConfigError
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
+from llm_replay.integrations.verl.observer import observe_updates, step_statistics, trainer_of
 from llm_replay.integrations.verl.settings import (
     SamplerSettings,
     lookup,
@@ -47,12 +57,18 @@ from llm_replay.integrations.verl.settings import (
     verl_root,
 )
 from llm_replay.integrations.verl.trajectories import (
-    Trajectory,
     TrajectoryStore,
     content_key,
+    read_rollouts,
     split_rows,
 )
-from llm_replay.methods.host import ReplayHost, RunShape, replays_stored_rows
+from llm_replay.methods.host import (
+    ReplayHost,
+    RunShape,
+    reads_measured_mu,
+    replays_stored_rows,
+)
+from llm_replay.metrics.compute import ComputeMeter
 
 log = logging.getLogger(__name__)
 STATE_DIR = "llm_replay"
@@ -60,11 +76,19 @@ STATE_FILE = "sampler.json"
 PIPELINE_DIR = "pipeline"
 TRAJECTORIES_DIR = "trajectories"
 TRAIN = "train"
+SYNC = "sync"
+ASYNC_MODES = ("colocate_async", "separate_async")
 
 
 class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
     """verl v1's `ReplayBuffer` whose training batches an llm-replay method composes (module
-    docstring). verl builds it from `trainer.v1.sampler.custom_sampler` with `sampler_kwargs`."""
+    docstring). verl builds it from `trainer.v1.sampler.custom_sampler` with `sampler_kwargs`;
+    in verl's async modes the same name builds an `AsyncReplaySampler`."""
+
+    def __new__(cls, trainer_mode: str = SYNC, *args: Any, **kwargs: Any) -> ReplaySampler:
+        if cls is ReplaySampler and trainer_mode in ASYNC_MODES:
+            cls = AsyncReplaySampler
+        return super().__new__(cls)  # type: ignore[no-any-return]
 
     def __init__(
         self,
@@ -78,10 +102,15 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         book: AdvantageBook = BOOK,
         **kwargs: Any,
     ) -> None:
-        if trainer_mode != "sync":
+        if trainer_mode not in (SYNC, *ASYNC_MODES):
             raise ValueError(
                 f"trainer.v1.trainer_mode = {trainer_mode!r}: llm-replay's sampler runs verl's "
-                "'sync' trainer (the async trainers are not supported yet)"
+                f"{(SYNC, *ASYNC_MODES)} trainers"
+            )
+        if isinstance(self, AsyncReplaySampler) != (trainer_mode in ASYNC_MODES):
+            raise ValueError(
+                f"trainer.v1.trainer_mode = {trainer_mode!r}: name ReplaySampler in "
+                "custom_sampler.name (it builds the class the mode needs)"
             )
         super().__init__(
             trainer_mode,
@@ -115,12 +144,31 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.total_steps = self.settings.total_steps or run_length(root)
         directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
         self.checkpoint_dir = None if directory is None else Path(str(directory))
+        self.measures_mu = trainer_mode == SYNC
+        if not self.measures_mu and reads_measured_mu(replay.method, replay.settings):
+            raise ValueError(
+                f"sampler_kwargs.mu: method {replay.method!r} decides from the measured μ, and "
+                f"in verl's {trainer_mode} mode generation overlaps training, so the trainer "
+                "cannot measure it; give the μ to plan for (generation cost per rollout ÷ "
+                "training cost per row on your hardware)"
+            )
         if max_off_policy_threshold is not None and self.replays:
             log.info(
-                "llm-replay sampler: verl's max_off_policy_threshold (%s) is a no-op in sync "
-                "mode; replayed rows age as the method's own knobs say (max_age where it has one)",
+                "llm-replay sampler: verl's max_off_policy_threshold (%s, %s) %s; replayed rows "
+                "age as the method's own knobs say (max_age where it has one)",
                 max_off_policy_threshold,
+                max_off_policy_strategy,
+                "is a no-op in sync mode"
+                if trainer_mode == SYNC
+                else "bounds a fresh group's age when first trained",
             )
+        self.behaviour_statistics = bool(
+            lookup(root, "algorithm.rollout_correction.bypass_mode") or False
+        )
+        self.meter = ComputeMeter()
+        self.step_samples: list[Sample] = []
+        trainer = trainer_of(refill_fn)
+        self.observed = trainer is not None and observe_updates(trainer, self._after_update)
         self.book = book
         self.store = TrajectoryStore()
         self.host: ReplayHost | None = None
@@ -171,6 +219,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         uids = [key.split("_", 1)[0] for key in out_keys]
         self.book.write(uids, advantages)
         self.issued = uids
+        self.step_samples = list(samples)
         self.store.prune(self._live_groups())
         self.steps += 1
         metrics.update(
@@ -183,6 +232,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                     sum(int(np.sum(s.group_ids < first_fresh_group)) for s in samples)
                 ),
                 "llm_replay/trajectories_kept": float(len(self.store)),
+                **self._meter_metrics(),
             }
         )
         return KVBatchMeta(partition_id=partition_id, keys=out_keys, tags=out_tags), metrics
@@ -199,74 +249,76 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             return batch_size
         return max(1, -(-batch_size // gen)) * gen
 
+    # ---------------------------------------------------------------- the actor's step
+    def _after_update(self, metrics: Mapping[str, Any], seconds: float, rows: int) -> None:
+        """verl's `_update_actor` trained this step's rows (`observer.py`): its time to the
+        meter, its statistics to the method, one host step per sample composed for it."""
+        if self.measures_mu and rows:
+            self.meter.add_seconds("training", seconds)
+            self.meter.add(rollouts_trained=rows)
+        statistics = step_statistics(metrics, behaviour=self.behaviour_statistics)
+        if self.host is not None:
+            for sample in self.step_samples:
+                self.host.after_step(sample, statistics)
+        self.step_samples = []
+
+    def _meter_metrics(self) -> dict[str, float]:
+        if not self.measures_mu:
+            return {}
+        seconds = self.meter.seconds
+        out = {
+            "llm_replay/generation_seconds": seconds["generation"],
+            "llm_replay/training_seconds": seconds["training"],
+        }
+        mu = self.meter.mu
+        if mu is not None:
+            out["llm_replay/mu"] = mu
+        return out
+
     # ---------------------------------------------------------------- fresh rows in
     def _round(
         self, global_steps: int, batch_size: int
     ) -> tuple[list[Sample], int, dict[str, Any]]:
         """verl's next `batch_size` finished groups, read whole, cleared from TransferQueue and
         run through the method: the samples it returns, how many fresh rows, verl's metrics."""
+        started = time.perf_counter()
         fresh_meta, metrics = super().sample(global_steps, TRAIN, batch_size)
+        waited = time.perf_counter() - started
         keys = list(fresh_meta.keys)
+        if self.measures_mu and keys:  # sync: the step waited for its own rollouts
+            self.meter.add_seconds("generation", waited)
+            self.meter.add(rollouts_generated=len(keys))
         rows = split_rows(tq.kv_batch_get(keys=keys, partition_id=TRAIN), len(keys)) if keys else []
         fresh = self._to_rollouts(keys, list(fresh_meta.tags), rows, global_steps)
         if keys:
             tq.kv_clear(keys=keys, partition_id=TRAIN)
         progress = min(1.0, (global_steps - 1) / self.total_steps) if self.total_steps else None
-        batches = self._host().round(fresh, policy_version=global_steps - 1, progress=progress)
+        batches = self._host().round(
+            fresh, policy_version=global_steps - 1, mu=self.meter.mu, progress=progress
+        )
         return list(batches), len(keys), metrics
 
     def _to_rollouts(
         self, keys: list[str], tags: list[dict[str, Any]], rows: list[dict[str, Any]], step: int
     ) -> RolloutBatch:
         groups: dict[str, int] = {}
-        group_ids = []
-        for key, row in zip(keys, rows, strict=True):
-            uid, _session, index = key.rsplit("_", 2)
-            if index != "0":
-                raise ValueError(
-                    f"trajectory {key!r}: an agent loop with several outputs per session is not "
-                    "supported yet (llm-replay replays one trajectory per session)"
-                )
-            if "rm_scores" not in row:
-                raise ValueError(
-                    f"trajectory {key!r} has no rm_scores: llm-replay's sampler needs the reward "
-                    "computed during rollout (reward loop workers), not by a colocated reward "
-                    "model after sampling"
-                )
+
+        def group_of(uid: str) -> int:
             if uid not in groups:
                 groups[uid] = self.next_group
                 self.next_group += 1
-            group_ids.append(groups[uid])
-        needs_behaviour = self.replays
-        behaviour = []
-        for key, row in zip(keys, rows, strict=True):
-            logprobs = row.get("rollout_log_probs")
-            if logprobs is None:
-                if needs_behaviour:
-                    raise ValueError(
-                        f"trajectory {key!r} has no rollout_log_probs: set "
-                        "actor_rollout_ref.rollout.calculate_log_probs=true (a replayed row's "
-                        "ratio is taken against the policy that generated it)"
-                    )
-                logprobs = np.zeros(len(row["responses"]), dtype=np.float32)
-            behaviour.append(np.asarray(logprobs, dtype=np.float32))
-        rewards = np.array([float(row["rm_scores"].sum()) for row in rows], dtype=np.float64)
-        group_array = np.asarray(group_ids, dtype=np.int64)
-        versions = np.array([_version(tag, step) for tag in tags], dtype=np.int64)
-        for row, tag, group in zip(rows, tags, group_ids, strict=True):
-            self.store.add(content_key(group, row["responses"]), Trajectory(row, dict(tag)))
-        responses = [np.asarray(row["responses"], dtype=np.int64) for row in rows]
-        return RolloutBatch.from_ragged(
-            prompt_ids=[np.asarray(row["prompts"], dtype=np.int64) for row in rows],
-            completion_ids=responses,
-            behaviour_logprobs=behaviour,
-            rewards=rewards,
-            advantages=group_advantages(rewards, group_array, self.settings.advantage),
-            group_ids=group_array,
-            policy_versions=versions,
-            correct=rewards >= self.settings.correct_threshold,
-            finish_reasons=["stop"] * len(rows),
-            allow_empty=True,
+            return groups[uid]
+
+        return read_rollouts(
+            keys,
+            tags,
+            rows,
+            group_of=group_of,
+            store=self.store,
+            needs_behaviour=self.replays,
+            advantage=self.settings.advantage,
+            correct_threshold=self.settings.correct_threshold,
+            current_version=step - 1,
         )
 
     # ---------------------------------------------------------------- the step's rows out
@@ -365,6 +417,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             "next_uid": self.next_uid,
             "next_group": self.next_group,
             "steps": self.steps,
+            "meter": self.meter.state_dict(),
         }
         self._host().save(
             directory,
@@ -388,7 +441,29 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.next_uid = int(state["next_uid"])
         self.next_group = int(state["next_group"])
         self.steps = int(state["steps"])
+        if "meter" in state:  # older saves have none
+            self.meter.load_state_dict(state["meter"])
         self.started = True
+        _clear_issued_rows()
+
+
+class AsyncReplaySampler(ReplaySampler, ReplayBufferAsync):  # type: ignore[misc]
+    """`ReplaySampler` in verl's async trainers (`colocate_async`, `separate_async`): verl's
+    `ReplayBufferAsync` waits for, evicts (stale by `max_off_policy_threshold`, failed) and
+    refills the fresh groups and answers `get_sampleable_count` / `wait_for_sampleable`; the
+    method composes each step's batch from what it hands over, as in sync mode. Built when
+    `custom_sampler.name=ReplaySampler` meets an async `trainer_mode`."""
+
+
+def _clear_issued_rows() -> None:
+    """Clear the rows this sampler put for a step that a restored TransferQueue still holds:
+    verl's async checkpoint is written before the step's keys are cleared, and no prompt key
+    refers to them. Left there, they would collide with the rows the resumed sampler issues under
+    the same keys (its uid counter resumes too)."""
+    listed = tq.kv_list(TRAIN) or {}
+    keys = [key for key in listed.get(TRAIN, {}) if key.startswith(UID_PREFIX)]
+    if keys:
+        tq.kv_clear(keys=keys, partition_id=TRAIN)
 
 
 def _int(value: Any) -> int | None:
@@ -407,9 +482,3 @@ def run_length(root: Any) -> int | None:
         return None
     per_step = _int(lookup(root, "trainer.v1.sync.parameter_sync_step")) or 1
     return max(1, updates // per_step)
-
-
-def _version(tag: dict[str, Any], step: int) -> int:
-    """The weights a trajectory started from: verl's `min_global_steps` tag, else the last step's."""
-    value = tag.get("min_global_steps")
-    return step - 1 if value is None else int(value)

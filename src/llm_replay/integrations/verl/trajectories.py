@@ -12,7 +12,7 @@ their dtypes, the rest to JSON.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from llm_replay.algorithms.advantages import group_advantages
+from llm_replay.data.rollout import RolloutBatch
 
 ContentKey = tuple[int, bytes]
 ROWS_FILE = "trajectories.json"
@@ -30,6 +33,74 @@ def content_key(group_id: int, response_ids: Any) -> ContentKey:
     """A row's identity across the table and verl: its group and its response tokens."""
     tokens = np.asarray(response_ids, dtype=np.int64).astype(np.int32)
     return int(group_id), tokens.tobytes()
+
+
+def read_rollouts(
+    keys: list[str],
+    tags: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    *,
+    group_of: Callable[[str], int],
+    store: TrajectoryStore,
+    needs_behaviour: bool,
+    advantage: str,
+    correct_threshold: float,
+    current_version: int,
+) -> RolloutBatch:
+    """Fresh verl trajectories as llm-replay rollouts, each kept whole in `store`: rewards are
+    the summed `rm_scores`, behaviour log-probs the stored `rollout_log_probs` (required where
+    `needs_behaviour`), the group `group_of(uid)`, the policy version the weights the trajectory
+    started from (`min_global_steps`, else `current_version`)."""
+    group_ids = []
+    for key, row in zip(keys, rows, strict=True):
+        uid, _session, index = key.rsplit("_", 2)
+        if index != "0":
+            raise ValueError(
+                f"trajectory {key!r}: an agent loop with several outputs per session is not "
+                "supported yet (llm-replay replays one trajectory per session)"
+            )
+        if "rm_scores" not in row:
+            raise ValueError(
+                f"trajectory {key!r} has no rm_scores: llm-replay's sampler needs the reward "
+                "computed during rollout (reward loop workers), not by a colocated reward "
+                "model after sampling"
+            )
+        group_ids.append(group_of(uid))
+    behaviour = []
+    for key, row in zip(keys, rows, strict=True):
+        logprobs = row.get("rollout_log_probs")
+        if logprobs is None:
+            if needs_behaviour:
+                raise ValueError(
+                    f"trajectory {key!r} has no rollout_log_probs: set "
+                    "actor_rollout_ref.rollout.calculate_log_probs=true (a replayed row's "
+                    "ratio is taken against the policy that generated it)"
+                )
+            logprobs = np.zeros(len(row["responses"]), dtype=np.float32)
+        behaviour.append(np.asarray(logprobs, dtype=np.float32))
+    rewards = np.array([float(row["rm_scores"].sum()) for row in rows], dtype=np.float64)
+    group_array = np.asarray(group_ids, dtype=np.int64)
+    versions = np.array(
+        [
+            current_version if tag.get("min_global_steps") is None else tag["min_global_steps"]
+            for tag in tags
+        ],
+        dtype=np.int64,
+    )
+    for row, tag, group in zip(rows, tags, group_ids, strict=True):
+        store.add(content_key(group, row["responses"]), Trajectory(row, dict(tag)))
+    return RolloutBatch.from_ragged(
+        prompt_ids=[np.asarray(row["prompts"], dtype=np.int64) for row in rows],
+        completion_ids=[np.asarray(row["responses"], dtype=np.int64) for row in rows],
+        behaviour_logprobs=behaviour,
+        rewards=rewards,
+        advantages=group_advantages(rewards, group_array, advantage),
+        group_ids=group_array,
+        policy_versions=versions,
+        correct=rewards >= correct_threshold,
+        finish_reasons=["stop"] * len(rows),
+        allow_empty=True,
+    )
 
 
 @dataclass(frozen=True)
