@@ -9,7 +9,7 @@ VERL_VENV  := .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: docs verl-env verl-test install-test demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: docs verl-env verl-test install-test main-test side-tests demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,12 +45,18 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks examples scripts
 	$(PY) -m mypy
 
-# both environments install side by side (pip mostly waits on disk), then the suites run in turn
+# both environments install side by side (pip mostly waits on disk); then the main suite runs
+# beside the install and verl suites (each test runs in one process, so two cores run two)
 test:
 	$(MAKE) --no-print-directory -j2 $(STAMP) $(VERL_STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory docs
+	$(MAKE) --no-print-directory -j2 --output-sync=line main-test side-tests
+
+main-test: $(STAMP)
 	$(PY) -m pytest -q
+
+side-tests: $(STAMP) $(VERL_STAMP)
 	$(MAKE) --no-print-directory install-test
 	$(MAKE) --no-print-directory verl-test
 

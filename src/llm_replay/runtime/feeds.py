@@ -11,9 +11,9 @@ string in every place it mattered; each mode is now a `Feed` that owns those pla
   its signals' and a checkpoint saves nothing beside the table).
 - `RoundsFeed` ("rounds"): the workers deliver rounds to an intake queue, at most
   `max(2, workers.count)` rounds ahead; a logged iteration is one round, composed into batches
-  by the method and its options exactly as in the sync loop; after each step the pipeline
-  observes it and moves its version; the metrics are the pipeline's, and a checkpoint saves the
-  method's state under `replay/method/`.
+  by the method and its options exactly as in the sync loop, through the method's `ReplayHost`;
+  after each step the host records it and moves its version; the metrics are the host's, and a
+  checkpoint saves the method's state under `replay/method/`.
 
 A round comes out of the intake queue as rows (`ReplayTable.sample_batch`), so it is padded once,
 at the learner.
