@@ -30,6 +30,7 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSeparateAsync
 from llm_replay.integrations.verl import ReplaySampler
 from llm_replay.integrations.verl.advantages import UID_PREFIX
 from llm_replay.integrations.verl.sampler import AsyncReplaySampler
+from llm_replay.methods import METHODS
 
 pytestmark = pytest.mark.usefixtures("transfer_queue")
 
@@ -164,6 +165,34 @@ def test_fit_trains_with_replay_in_every_mode_and_pads(tmp_path: Path, mode: str
         assert max(spans) == 2  # a group started under one version, finished under the next
         # the warm-up batch trains at step 1; from then on every group is a step behind
         assert min(ages(workers, per_step, first_step=2)) >= 1
+    assert not issued_rows_left()
+
+
+VERL_METHODS = sorted(set(METHODS) - {"rlep"})  # RLEP restarts the model, which verl does not
+
+
+@pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])
+@pytest.mark.parametrize("method", [*VERL_METHODS, "on_policy+zero_variance"])
+def test_every_method_verl_accepts_runs_through_fit_in_the_async_modes(
+    tmp_path: Path, mode: str, method: str
+) -> None:
+    name, _, option = method.partition("+")
+    extra = [f"+trainer.v1.sampler.sampler_kwargs.{option}.enabled=true"] if option else []
+    if name == "compute_optimal":
+        extra.append("+trainer.v1.sampler.sampler_kwargs.mu=4")  # not measured in async modes
+    per_step = 2 if mode == "separate_async" else 1
+    trainer, loop, workers = build(tmp_path, mode, name, *extra, steps=3, sync_steps=per_step)
+    trainer.fit(loop)
+    assert len(workers.updates) >= 3 * per_step
+    for update in workers.updates:
+        assert len(update["keys"]) % 24 == 0
+        assert all(
+            (uid.startswith("pad") and total == 0.0) if pad else uid.startswith(UID_PREFIX)
+            for pad, uid, total in zip(
+                update["padding"], update["uids"], update["advantage_sums"], strict=True
+            )
+        )
+    assert len(Logged.steps) == 3
     assert not issued_rows_left()
 
 
