@@ -46,19 +46,23 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 # both environments install side by side (pip mostly waits on disk); then the main suite runs
-# beside the install and verl suites (each test runs in one process, so two cores run two)
+# beside the install and verl suites (each test runs in one process, so two cores run two). The
+# main suite's progress streams; the side suites' output is shown whole when they end.
 test:
 	$(MAKE) --no-print-directory -j2 $(STAMP) $(VERL_STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory docs
-	$(MAKE) --no-print-directory -j2 --output-sync=line main-test side-tests
+	$(MAKE) --no-print-directory -j2 main-test side-tests
 
 main-test: $(STAMP)
 	$(PY) -m pytest -q
 
 side-tests: $(STAMP) $(VERL_STAMP)
-	$(MAKE) --no-print-directory install-test
-	$(MAKE) --no-print-directory verl-test
+	@mkdir -p build
+	@echo "install and verl suites running beside the main suite (build/side-tests.log)"
+	@{ $(MAKE) --no-print-directory install-test && $(MAKE) --no-print-directory verl-test; } \
+		> build/side-tests.log 2>&1; status=$$?; \
+		printf '\n--- install and verl suites ---\n'; cat build/side-tests.log; exit $$status
 
 experiment: $(STAMP)
 	$(VENV)/bin/llm-replay compare configs/experiment.yaml
