@@ -227,7 +227,8 @@ def test_compute_optimal_replays_at_the_mu_measured_from_verls_sync_step(tmp_pat
     assert counts["rollouts_generated"] == 4 * PROMPTS * N  # fresh rows, padding left out
     assert counts["rollouts_trained"] >= counts["rollouts_generated"]
     seen = sampler.host.signals.mu  # the last round's: μ after its generation, before its update
-    assert seen is not None and Logged.steps[-1]["llm_replay/mu"] == seen
+    assert seen is not None
+    assert Logged.steps[-1]["llm_replay/mu"] == pytest.approx(seen)  # verl averages step metrics
     assert sampler.meter.mu is not None
 
 
