@@ -86,6 +86,7 @@ def _wait_until_dead(actor: Any, method: str = "ping") -> bool:
     return False
 
 
+@pytest.mark.slow  # 55 s; the two-shard fault test below kills and restarts a worker in `make test`
 def test_a_killed_worker_is_restarted_and_the_table_loses_nothing(tmp_path: Path) -> None:
     config = tiny_config(
         UNIFORM, tmp_path, "runtime=ray", "train.iterations=8", "replay.capacity=100000", *RAY_CPUS
