@@ -246,3 +246,50 @@ def test_a_clip_knob_left_unset_takes_the_losses_own_default() -> None:
     assert build_loss("cispo").clip_epsilons() == (1.0, 0.28)
     assert build_loss("cispo", clip_high=0.5).clip_epsilons() == (1.0, 0.5)
     assert build_loss("gspo").clip_range() == pytest.approx((1 - 3e-4, 1 + 4e-4))
+
+
+def test_bapo_raises_both_bounds_until_positives_carry_their_share() -> None:
+    """Tokens (r, A): (1.27, +1), (0.95, −2), (0.71, −1), one per rollout. From (0.6, 1.2) the
+    positive token carries only once c_high ≥ 1.27 (pass 2: share 1.27 / 3.88), and the share
+    reaches ρ₀ = 0.4 when c_low passes 0.71 (pass 6: (0.72, 1.50), share 1.27 / 3.17). The loss
+    is then −mean(min(r·A, clip(r, 0.72, 1.5)·A)) = −(1.27 − 1.9 − 0.72) / 3."""
+    ratios = torch.tensor([1.27, 0.95, 0.71])
+    behaviour = torch.full((3, 1), LOG(0.5))
+    current = (behaviour + ratios.log()[:, None]).requires_grad_()
+    mask = torch.ones(3, 1)
+    advantages = torch.tensor([1.0, -2.0, -1.0])
+    loss, metrics = policy_loss("bapo", current, behaviour, advantages, mask)
+    assert loss.item() == pytest.approx(-(1.27 - 1.9 - 0.72) / 3, rel=1e-5)
+    assert metrics["loss/bapo_low"] == pytest.approx(0.72)
+    assert metrics["loss/bapo_high"] == pytest.approx(1.5)
+    assert metrics["loss/bapo_positive_share"] == pytest.approx(1.27 / 3.17, rel=1e-5)
+    loss.backward()
+    assert current.grad is not None
+    assert current.grad[2, 0] == 0.0  # r = 0.71 < c_low with A < 0: clipped, no gradient
+    assert current.grad[0, 0] < 0 and current.grad[1, 0] > 0
+
+
+def test_bapo_keeps_its_starting_bounds_without_negatives_and_stops_at_its_maxima() -> None:
+    behaviour = torch.full((2, 1), LOG(0.5))
+    mask = torch.ones(2, 1)
+    _, metrics = policy_loss("bapo", behaviour, behaviour, torch.tensor([1.0, 0.0]), mask)
+    assert (metrics["loss/bapo_low"], metrics["loss/bapo_high"]) == pytest.approx((0.6, 1.2))
+    assert metrics["loss/bapo_positive_share"] == 1.0
+    # all negative: the share can never reach ρ₀, so both bounds go to their maxima
+    _, metrics = policy_loss("bapo", behaviour, behaviour, torch.tensor([-1.0, -1.0]), mask)
+    assert (metrics["loss/bapo_low"], metrics["loss/bapo_high"]) == pytest.approx((0.9, 3.0))
+    assert metrics["loss/bapo_positive_share"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"target": 1.0}, r"^target = 1.0"),
+        ({"low_start": 0.95}, r"^low_start = 0.95, low_max = 0.9"),
+        ({"high_start": 0.9}, r"^high_start = 0.9"),
+        ({"high_step": 0.0}, r"^high_step = 0.0"),
+    ],
+)
+def test_bapo_knobs_are_checked_by_name(knobs: dict[str, float], message: str) -> None:
+    with pytest.raises(LossConfigError, match=message):
+        build_loss("bapo", **knobs)

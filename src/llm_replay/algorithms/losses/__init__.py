@@ -13,6 +13,7 @@
 | `asymre`        | (A − δV)·log π_θ, δV = −0.1; expects A = R − V̂ (dr_grpo) | Arnal et al. 2025 (AsymRE) |
 | `m2po`          | M·r·A, no clip; M masks the top (log r)² tokens      | Zheng et al. 2025 (M2PO)      |
 | `exgrpo`        | fresh rows: grpo; replayed rows: f(r)·A, f(r) = r/(r+β), β = 0.1 | Zhan et al. 2025 (ExGRPO) |
+| `bapo`          | grpo's surrogate, bounds raised until positives carry ρ₀ = 0.4 | Xi et al. 2025 (BAPO) |
 
 Each loss's module says the rest (`base.py` says what a loss is). `build_loss(name, **knobs)` makes
 one; `policy_loss` applies it, weights rows and aggregates (`aggregation.py`); `describe_losses`
