@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import pytest
 import transfer_queue as tq
+from tests.integrations.verl_v1.test_real_step import VERL_METHODS
 from tests.integrations.verl_v1.test_verl_config import verl_config
 from tests.integrations.verl_v1.workers import (
     PROMPTS,
@@ -30,7 +31,6 @@ from verl.trainer.ppo.v1 import PPOTrainerColocateAsync, PPOTrainerSeparateAsync
 from llm_replay.integrations.verl import ReplaySampler
 from llm_replay.integrations.verl.advantages import UID_PREFIX
 from llm_replay.integrations.verl.sampler import AsyncReplaySampler
-from llm_replay.methods import METHODS
 
 pytestmark = pytest.mark.usefixtures("transfer_queue")
 
@@ -166,9 +166,6 @@ def test_fit_trains_with_replay_in_every_mode_and_pads(tmp_path: Path, mode: str
         # the warm-up batch trains at step 1; from then on every group is a step behind
         assert min(ages(workers, per_step, first_step=2)) >= 1
     assert not issued_rows_left()
-
-
-VERL_METHODS = sorted(set(METHODS) - {"rlep"})  # RLEP restarts the model, which verl does not
 
 
 @pytest.mark.parametrize("mode", ["colocate_async", "separate_async"])

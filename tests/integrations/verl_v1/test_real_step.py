@@ -9,76 +9,25 @@ verl's does, and an actor worker group that records what it was asked to train."
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 import transfer_queue as tq
-from tests.integrations.verl_v1.sim import TRAIN, SimulatedVerl
 from tests.integrations.verl_v1.test_verl_config import verl_config
+from tests.integrations.verl_v1.workers import (
+    PROMPTS,
+    ActorWorkers,
+    AgentLoop,
+    N,
+    clear_transfer_queue,
+    wire,
+)
 from verl.trainer.ppo.v1 import PPOTrainerSync
-from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from llm_replay.integrations.verl import ReplaySampler
 from llm_replay.methods import METHODS
 
 pytestmark = pytest.mark.usefixtures("transfer_queue")
-
-N = 4  # rollouts per prompt
-PROMPTS = 4  # train_batch_size, in prompts
-
-
-class AgentLoop:
-    """verl's agent loop as TransferQueue sees it: every submitted prompt's N trajectories, then
-    the prompt's status "finished"."""
-
-    def __init__(self, trainer: Any) -> None:
-        self.trainer = trainer
-        self.rows = SimulatedVerl(SimpleNamespace(), prompts=PROMPTS, n=N)
-        self.submitted: list[int] = []
-
-    def generate_sequences(self, batch: Any) -> None:
-        step = int(self.trainer.global_steps)
-        uids = [str(u) for u in batch["uid"]]
-        self.submitted.append(len(uids))
-        keys, fields, tags = [], [], []
-        for p, uid in enumerate(uids):
-            for s in range(N):
-                row, tag = self.rows.trajectory(step, p + 10 * len(self.submitted), s)
-                row["uid"] = uid
-                keys.append(f"{uid}_{s}_0")
-                fields.append(row)
-                tags.append(tag)
-        tq.kv_batch_put(
-            keys=keys, partition_id=TRAIN, fields=list_of_dict_to_tensordict(fields), tags=tags
-        )
-        status = {"is_prompt": True, "status": "finished", "global_steps": step}
-        tq.kv_batch_put(keys=uids, partition_id=TRAIN, tags=[dict(status) for _ in uids])
-
-
-class ActorWorkers:
-    """The actor worker group at `dp` data-parallel ranks: records each update's rows (keys,
-    padding tags, the advantages verl wrote) and reports PPO metrics."""
-
-    def __init__(self, dp: int) -> None:
-        self._dispatch_info = {"actor": list(range(dp))}
-        self.updates: list[dict[str, Any]] = []
-
-    def update_actor(self, batch: Any) -> dict[str, Any]:
-        data = tq.kv_batch_get(
-            keys=batch.keys, partition_id=batch.partition_id, select_fields=["advantages", "uid"]
-        )
-        advantages = [float(a.sum()) if a.numel() else 0.0 for a in data["advantages"].unbind(0)]
-        self.updates.append(
-            {
-                "keys": list(batch.keys),
-                "padding": [bool(t.get("is_padding", False)) for t in batch.tags],
-                "uids": [str(u) for u in data["uid"]],
-                "advantage_sums": advantages,
-            }
-        )
-        return {"metrics": {"mfu": [0.0], "pg_clipfrac": [0.1], "entropy": [0.5]}}
 
 
 def build_trainer(tmp_path: Path, *extra: str, dp: int = 3) -> tuple[Any, AgentLoop, ActorWorkers]:
@@ -90,27 +39,11 @@ def build_trainer(tmp_path: Path, *extra: str, dp: int = 3) -> tuple[Any, AgentL
         f"trainer.default_local_dir={tmp_path}",
         *extra,
     )
+    clear_transfer_queue()
     trainer = PPOTrainerSync(config)  # builds our sampler through verl's _build_replay_buffer
     assert isinstance(trainer.replay_buffer, ReplaySampler)
-    trainer.replay_buffer.poll_interval = 0.01
-    trainer.global_steps = 1
-    trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
-    workers = ActorWorkers(dp)
-    trainer.actor_rollout_wg = workers
-    trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])
-    trainer.checkpoint_manager = SimpleNamespace(
-        sleep_replicas=lambda: None, update_weights=lambda step: None
-    )
-    trainer.curr_step_profile = False
-    trainer.timing_raw = {}
-    loop = AgentLoop(trainer)
-    trainer.agent_loop_manager = loop
-    gen = config.data.get("gen_batch_size") or PROMPTS
-    trainer.train_dataloader = [
-        {"raw_prompt": np.array([[{"role": "user", "content": f"p{i}"}]] * gen, dtype=object)}
-        for i in range(64)
-    ]
-    trainer.train_dataloader_it = None
+    loop, workers = wire(trainer, dp=dp, lag=False)
+    trainer.global_steps = 1  # as `fit` starts
     return trainer, loop, workers
 
 
