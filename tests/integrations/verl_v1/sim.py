@@ -25,6 +25,26 @@ from llm_replay.integrations.verl.trajectories import split_rows
 TRAIN = "train"
 
 
+def token_fields(
+    prompt_ids: torch.Tensor, response: torch.Tensor, reward: float, rng: np.random.Generator
+) -> dict[str, Any]:
+    """A trajectory's tensor fields as verl's agent loop writes them: tokens, masks, positions,
+    behaviour log-probs (drawn from `rng`) and `rm_scores` with the reward on the last token."""
+    scores = torch.zeros(len(response), dtype=torch.float32)
+    scores[-1] = reward
+    input_ids = torch.cat([prompt_ids, response])
+    return {
+        "prompts": prompt_ids,
+        "responses": response,
+        "response_mask": torch.ones_like(response),
+        "input_ids": input_ids,
+        "attention_mask": torch.ones_like(input_ids),
+        "position_ids": torch.arange(len(input_ids)),
+        "rollout_log_probs": -torch.tensor(rng.random(len(response)), dtype=torch.float32),
+        "rm_scores": scores,
+    }
+
+
 @dataclass
 class Step:
     keys: list[str]
@@ -61,19 +81,9 @@ class SimulatedVerl:
         rng = np.random.default_rng([self.seed, step, prompt, round_ + 100, session])
         response = torch.tensor(rng.integers(3, 60, size=int(rng.integers(2, 7))))
         reward = float(rng.random() < self.pass_rate(prompt))
-        scores = torch.zeros(len(response), dtype=torch.float32)
-        scores[-1] = reward
         uid = f"s{step}r{round_}p{prompt}" if round_ else f"s{step}p{prompt}"
-        input_ids = torch.cat([prompt_ids, response])
         fields = {
-            "prompts": prompt_ids,
-            "responses": response,
-            "response_mask": torch.ones_like(response),
-            "input_ids": input_ids,
-            "attention_mask": torch.ones_like(input_ids),
-            "position_ids": torch.arange(len(input_ids)),
-            "rollout_log_probs": -torch.tensor(rng.random(len(response)), dtype=torch.float32),
-            "rm_scores": scores,
+            **token_fields(prompt_ids, response, reward, rng),
             "uid": uid,
             "session_id": session,
             "global_steps": step,
@@ -87,7 +97,7 @@ class SimulatedVerl:
             "status": "success",
             "prompt_len": len(prompt_ids),
             "response_len": len(response),
-            "seq_len": len(input_ids),
+            "seq_len": len(fields["input_ids"]),
             "global_steps": step,
             "min_global_steps": step - 1,
             "max_global_steps": step - 1,

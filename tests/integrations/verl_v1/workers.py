@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 import transfer_queue as tq
+from tests.integrations.verl_v1.sim import token_fields
 from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
@@ -69,18 +70,9 @@ def trajectory(index: int, session: int) -> dict[str, Any]:
     rng = np.random.default_rng([index, session, 7])
     prompt = torch.tensor(np.random.default_rng([index, 7]).integers(3, 60, size=4))
     response = torch.tensor(rng.integers(3, 60, size=int(rng.integers(2, 7))))
-    scores = torch.zeros(len(response), dtype=torch.float32)
-    scores[-1] = float(rng.random() < (0.0, 0.25, 0.5, 1.0)[index % 4])
-    input_ids = torch.cat([prompt, response])
+    reward = float(rng.random() < (0.0, 0.25, 0.5, 1.0)[index % 4])
     return {
-        "prompts": prompt,
-        "responses": response,
-        "response_mask": torch.ones_like(response),
-        "input_ids": input_ids,
-        "attention_mask": torch.ones_like(input_ids),
-        "position_ids": torch.arange(len(input_ids)),
-        "rollout_log_probs": -torch.tensor(rng.random(len(response)), dtype=torch.float32),
-        "rm_scores": scores,
+        **token_fields(prompt, response, reward, rng),
         "num_turns": 2,
         "session_id": session,
         "data_source": "sim",

@@ -69,28 +69,29 @@ class BAPOConfig(LossConfig):
                 raise LossConfigError(f"{name} = {value!r}: must be > 0")
 
 
-def positive_share(ratio: Tensor, adv: Tensor, mask: Tensor, low: float, high: float) -> float:
-    """The positive tokens' share of the gradient-carrying |r·A| under bounds (low, high)."""
-    weight = (ratio * adv).abs() * mask
-    positive = ((adv > 0) & (ratio <= high)).to(weight.dtype)
-    negative = ((adv < 0) & (ratio >= low)).to(weight.dtype)
-    pos, neg = float((weight * positive).sum()), float((weight * negative).sum())
-    return 1.0 if neg == 0.0 else pos / (pos + neg)
-
-
 def choose_bounds(
     ratio: Tensor, adv: Tensor, mask: Tensor, s: BAPOConfig
 ) -> tuple[float, float, float]:
-    """(c_low, c_high, share) by the search in the module docstring."""
+    """(c_low, c_high, share) by the search in the module docstring: each pass reads only which
+    tokens carry gradient under the new bounds; their |r·A| is taken once."""
+    weight = (ratio * adv).abs() * mask
+    positive_weight, positive_ratio = weight[adv > 0], ratio[adv > 0]
+    negative_weight, negative_ratio = weight[adv < 0], ratio[adv < 0]
+
+    def share_at(low: float, high: float) -> float:
+        pos = float(positive_weight[positive_ratio <= high].sum())
+        neg = float(negative_weight[negative_ratio >= low].sum())
+        return 1.0 if neg == 0.0 else pos / (pos + neg)
+
     low, high = s.low_start, s.high_start
-    share = positive_share(ratio, adv, mask, low, high)
+    share = share_at(low, high)
     while share < s.target:
         new_low = min(round(low + s.low_step, 10), s.low_max)
         new_high = min(round(high + s.high_step, 10), s.high_max)
         if new_low == low and new_high == high:
             break
         low, high = new_low, new_high
-        share = positive_share(ratio, adv, mask, low, high)
+        share = share_at(low, high)
     return low, high, share
 
 

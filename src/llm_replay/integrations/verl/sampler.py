@@ -162,13 +162,12 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 if trainer_mode == SYNC
                 else "bounds a fresh group's age when first trained",
             )
-        self.behaviour_statistics = bool(
-            lookup(root, "algorithm.rollout_correction.bypass_mode") or False
-        )
+        self.behaviour_statistics = bool(lookup(root, "algorithm.rollout_correction.bypass_mode"))
         self.meter = ComputeMeter()
         self.step_samples: list[Sample] = []
         trainer = trainer_of(refill_fn)
-        self.observed = trainer is not None and observe_updates(trainer, self._after_update)
+        if trainer is not None:
+            observe_updates(trainer, self._after_update)
         self.book = book
         self.store = TrajectoryStore()
         self.host: ReplayHost | None = None
