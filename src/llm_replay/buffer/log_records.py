@@ -74,8 +74,11 @@ BATCH_ARRAYS = (
     "finish_reasons",
     "task_codes",
     "reward_versions",
+    "reference_logprobs",
+    "annotators",
+    "annotation_costs",
 )
-OPTIONAL_BATCH_ARRAYS = ("reward_versions",)
+OPTIONAL_BATCH_ARRAYS = ("reward_versions", "reference_logprobs", "annotators", "annotation_costs")
 """Columns a record written before they existed lacks (the batch fills their default)."""
 
 

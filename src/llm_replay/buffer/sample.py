@@ -36,7 +36,8 @@ class Sample:
     importance_weights, rewards, advantages (NaN if not computed), policy_versions, group_ids,
     prompt_lengths, completion_lengths, correct (-1 unknown), finish_reasons, sources (index of the
     table a mixture drew each rollout from, 0 otherwise), reward_versions (of the reward model
-    that scored each rollout).
+    that scored each rollout), and a preference pair's reference_logprobs, annotators and
+    annotation_costs (`RolloutBatch`).
     """
 
     input_ids: I32
@@ -59,6 +60,9 @@ class Sample:
     task_codes: npt.NDArray[np.int16]
     sources: npt.NDArray[np.int8]
     reward_versions: I64
+    reference_logprobs: F64
+    annotators: npt.NDArray[np.uint8]
+    annotation_costs: F64
     task_names: tuple[str, ...] = ("",)
 
     def __len__(self) -> int:
@@ -87,6 +91,9 @@ class Sample:
             task_names=self.task_names,
             allow_empty=True,
             reward_versions=self.reward_versions.copy(),
+            reference_logprobs=self.reference_logprobs.copy(),
+            annotators=self.annotators.copy(),
+            annotation_costs=self.annotation_costs.copy(),
         )
 
     def rollouts(self) -> list[Rollout]:
@@ -137,6 +144,9 @@ class Sample:
             task_codes=batch.task_codes,
             sources=np.full(n, source, dtype=np.int8),
             reward_versions=batch.reward_versions,
+            reference_logprobs=batch.reference_logprobs,
+            annotators=batch.annotators,
+            annotation_costs=batch.annotation_costs,
             task_names=batch.task_names,
         )
 

@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from llm_replay.data.rollout import FINISH_REASONS
+from llm_replay.data.rollout import ANNOTATORS, FINISH_REASONS
 
 
 def check_storage_state(
@@ -85,6 +85,8 @@ def check_storage_state(
         "col_times_sampled": (0, None),
         "col_policy_version": (0, None),
         "col_reward_version": (0, None),
+        "col_annotator": (0, len(ANNOTATORS) - 1),
+        "col_annotation_cost": (0, None),
         "col_epoch": (0, None),
     }
     for name, (low, high) in checks.items():

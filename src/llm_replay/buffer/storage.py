@@ -78,6 +78,9 @@ class RolloutStorage:
         self.finish_reason: npt.NDArray[np.uint8]
         self.task_code: npt.NDArray[np.int16]
         self.reward_version: I64
+        self.reference_logprob: npt.NDArray[np.float64]
+        self.annotator: npt.NDArray[np.uint8]
+        self.annotation_cost: npt.NDArray[np.float64]
         self.live = np.zeros(capacity, dtype=bool)
         # Dense list of live slots (uniform sampling, scans) with each slot's position in it.
         self.dense = np.zeros(capacity, dtype=np.int32)
@@ -187,6 +190,9 @@ class RolloutStorage:
         self.finish_reason[slots] = batch.finish_reasons
         self.task_code[slots] = codes[batch.task_codes]
         self.reward_version[slots] = batch.reward_versions
+        self.reference_logprob[slots] = batch.reference_logprobs
+        self.annotator[slots] = batch.annotators
+        self.annotation_cost[slots] = batch.annotation_costs
         self._enqueue(slots)
         self.live[slots] = True
         self.dense[self.size : self.size + n] = slots
@@ -396,6 +402,9 @@ class RolloutStorage:
             task_names=tuple(self.task_names),
             allow_empty=True,
             reward_versions=self.reward_version[slots].copy(),
+            reference_logprobs=self.reference_logprob[slots].copy(),
+            annotators=self.annotator[slots].copy(),
+            annotation_costs=self.annotation_cost[slots].copy(),
         )
 
     # ----------------------------------------------------------------- accounting

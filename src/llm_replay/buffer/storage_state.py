@@ -37,8 +37,16 @@ COLUMNS: dict[str, Any] = {
     "finish_reason": np.uint8,
     "task_code": np.int16,
     "reward_version": np.int64,
+    "reference_logprob": np.float64,
+    "annotator": np.uint8,
+    "annotation_cost": np.float64,
 }
-OPTIONAL_COLUMNS = {"reward_version": 0}
+OPTIONAL_COLUMNS = {
+    "reward_version": 0,
+    "reference_logprob": np.nan,
+    "annotator": 0,
+    "annotation_cost": 0.0,
+}
 """Columns a state saved before they existed may lack, with the value they load as."""
 
 

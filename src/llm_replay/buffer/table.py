@@ -343,6 +343,9 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
             "task_codes": st.task_code[slots],
             "sources": np.zeros(len(slots), dtype=np.int8),
             "reward_versions": st.reward_version[slots],
+            "reference_logprobs": st.reference_logprob[slots],
+            "annotators": st.annotator[slots],
+            "annotation_costs": st.annotation_cost[slots],
             "task_names": tuple(st.task_names),
         }
 

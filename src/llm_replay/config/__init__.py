@@ -28,6 +28,7 @@ from llm_replay.config.parse import (
     parse_override,
     setting,
 )
+from llm_replay.config.preference import PreferenceConfig
 from llm_replay.config.reward_model import RewardModelConfig, check_reward_model_use
 from llm_replay.config.sections import (
     EvalConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "LogConfig",
     "ModelConfig",
     "OptimConfig",
+    "PreferenceConfig",
     "ReplayConfig",
     "RewardModelConfig",
     "TaskConfig",
@@ -295,6 +297,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    preference: PreferenceConfig = field(default_factory=PreferenceConfig)
 
     def check(self) -> None:
         if not self.name or "/" in self.name:
@@ -306,6 +309,8 @@ class Config:
             stale_rewards="stale_rewards" in dict(self.replay.enabled_options()),
         )
         self._check_shards(self.replay.method_class)
+        if self.preference.enabled:
+            self._check_preference()
         if self.runtime != "sync":
             method = self.replay.method_class
             refusal = method.async_refusal(self.replay.settings)
@@ -342,6 +347,30 @@ class Config:
                     f"replay_ratio × rollouts_per_step + batch_size = {need:g} rollouts, or a "
                     "blocked worker and a blocked learner could deadlock"
                 )
+
+    def _check_preference(self) -> None:
+        p = self.preference
+        if self.runtime != "sync":
+            raise ConfigError(
+                f"preference.enabled = true: runtime={self.runtime} does not train on pairs yet; "
+                "use runtime=sync"
+            )
+        if self.replay.method != "on_policy" or self.replay.enabled_options():
+            raise ConfigError(
+                f"replay.method = {self.replay.method!r}: preference runs replay pairs through "
+                "preference.replay; leave replay.method at on_policy without options"
+            )
+        if p.annotator == "reward_model" and self.task.reward != "model":
+            raise ConfigError(
+                "preference.annotator = 'reward_model': set task.reward=model and "
+                "reward_model.path (the judge is the run's reward model, refreshes included)"
+            )
+        if 2 * p.pairs_per_group > self.generation.group_size:
+            raise ConfigError(
+                f"preference.pairs_per_group = {p.pairs_per_group}: a group of "
+                f"{self.generation.group_size} holds at most {self.generation.group_size // 2} "
+                "disjoint pairs"
+            )
 
     def _check_shards(self, method: type[ReplayMethod[Any]]) -> None:
         w = self.workers

@@ -15,14 +15,16 @@ from llm_replay.config.prompts import PromptSkipConfig
 
 
 def check_basis(key: str, basis: str) -> None:
-    valid = basis in ("measured", "rollouts")
+    valid = basis in ("measured", "rollouts", "annotations")
     if basis.startswith("mu_"):
         try:
             valid = float(basis[3:]) > 0
         except ValueError:
             valid = False
     if not valid:
-        raise ConfigError(f"{key} = {basis!r}: choose measured, rollouts or mu_<number>, e.g. mu_5")
+        raise ConfigError(
+            f"{key} = {basis!r}: choose measured, rollouts, annotations or mu_<number>, e.g. mu_5"
+        )
 
 
 @dataclass

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.data.validation import (
+    ANNOTATORS,
     FINISH_REASONS,
     MAX_TOKEN_ID,
     FloatArray,
@@ -46,6 +47,7 @@ from llm_replay.data.validation import (
 )
 
 __all__ = [
+    "ANNOTATORS",
     "FINISH_REASONS",
     "MAX_TOKEN_ID",
     "Group",
@@ -72,6 +74,9 @@ class Rollout:
     finish_reason: str = "stop"
     allow_empty: bool = False
     reward_version: int = 0
+    reference_logprob: float | None = None
+    annotator: str = ""
+    annotation_cost: float = 0.0
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -98,6 +103,13 @@ class Rollout:
         set_(self, "group_id", as_int("group_id", self.group_id, minimum=0))
         set_(self, "policy_version", as_int("policy_version", self.policy_version, minimum=0))
         set_(self, "reward_version", as_int("reward_version", self.reward_version, minimum=0))
+        if self.reference_logprob is not None:
+            set_(self, "reference_logprob", as_finite("reference_logprob", self.reference_logprob))
+        if self.annotator not in ANNOTATORS:
+            raise InvalidRolloutError("annotator", self.annotator, f"not in {ANNOTATORS}")
+        set_(self, "annotation_cost", as_finite("annotation_cost", self.annotation_cost))
+        if self.annotation_cost < 0:
+            raise InvalidRolloutError("annotation_cost", self.annotation_cost, "must be >= 0")
         if not isinstance(self.task, str):
             raise InvalidRolloutError("task", self.task, "must be a string")
         if self.correct is not None and not isinstance(self.correct, bool | np.bool_):
@@ -128,6 +140,9 @@ class Rollout:
             and self.group_id == other.group_id
             and self.policy_version == other.policy_version
             and self.reward_version == other.reward_version
+            and self.reference_logprob == other.reference_logprob
+            and self.annotator == other.annotator
+            and self.annotation_cost == other.annotation_cost
             and self.metadata == other.metadata
         )
 
@@ -195,7 +210,10 @@ class RolloutBatch:
     (advantage NaN = not computed yet), group_ids/policy_versions [N] int64, correct [N] int8
     (-1 unknown), finish_reasons [N] uint8 (index into FINISH_REASONS), task_codes [N] int16 with
     task_names the code -> name table, reward_versions [N] int64 (the reward model's version that
-    scored each rollout; zeros when not given).
+    scored each rollout; zeros when not given). A rollout in a preference pair also carries
+    reference_logprobs [N] float64 (its completion's summed log-prob under the reference policy,
+    taken at generation; NaN when not taken), annotators [N] uint8 (index into ANNOTATORS; 0: not
+    in a pair) and annotation_costs [N] float64 (its share of the pair's annotation cost).
     """
 
     prompt_ids: IntArray
@@ -213,6 +231,9 @@ class RolloutBatch:
     task_names: tuple[str, ...] = field(default=("",))
     allow_empty: bool = field(default=False, repr=False)
     reward_versions: npt.NDArray[np.int64] = field(default=None)  # type: ignore[arg-type]
+    reference_logprobs: npt.NDArray[np.float64] = field(default=None)  # type: ignore[arg-type]
+    annotators: npt.NDArray[np.uint8] = field(default=None)  # type: ignore[arg-type]
+    annotation_costs: npt.NDArray[np.float64] = field(default=None)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         columns = validate_columns(
@@ -238,6 +259,9 @@ class RolloutBatch:
         tasks: Sequence[str] | str = "",
         allow_empty: bool = False,
         reward_versions: object | None = None,
+        reference_logprobs: object | None = None,
+        annotators: object | None = None,
+        annotation_costs: object | None = None,
     ) -> RolloutBatch:
         """Build and validate a batch from per-rollout sequences (what inference engines return)."""
         prompt_lengths, prompts = ragged_rows("prompt_ids", prompt_ids, "iu")
@@ -275,6 +299,9 @@ class RolloutBatch:
             task_names=names,
             allow_empty=allow_empty,
             reward_versions=reward_versions,
+            reference_logprobs=reference_logprobs,
+            annotators=annotators,
+            annotation_costs=annotation_costs,
         )
 
     @classmethod
@@ -296,6 +323,9 @@ class RolloutBatch:
         task_names: Sequence[str] = ("",),
         allow_empty: bool = False,
         reward_versions: object | None = None,
+        reference_logprobs: object | None = None,
+        annotators: object | None = None,
+        annotation_costs: object | None = None,
     ) -> RolloutBatch:
         """Build and validate a batch from flat arrays and lengths (vectorised checks)."""
         return cls(
@@ -314,6 +344,9 @@ class RolloutBatch:
             task_names=tuple(task_names),
             allow_empty=allow_empty,
             reward_versions=reward_versions,  # type: ignore[arg-type]
+            reference_logprobs=reference_logprobs,  # type: ignore[arg-type]
+            annotators=annotators,  # type: ignore[arg-type]
+            annotation_costs=annotation_costs,  # type: ignore[arg-type]
         )
 
     @classmethod
@@ -342,6 +375,12 @@ class RolloutBatch:
             task_names=tuple(names),
             allow_empty=True,  # each Rollout already enforced its own flag
             reward_versions=np.array([r.reward_version for r in items], dtype=np.int64),
+            reference_logprobs=np.array(
+                [np.nan if r.reference_logprob is None else r.reference_logprob for r in items],
+                dtype=np.float64,
+            ),
+            annotators=np.array([ANNOTATORS.index(r.annotator) for r in items], dtype=np.uint8),
+            annotation_costs=np.array([r.annotation_cost for r in items], dtype=np.float64),
         )
 
     @classmethod
@@ -384,6 +423,9 @@ class RolloutBatch:
             task_names=tuple(names),
             allow_empty=True,  # each part was admitted under its own flag
             reward_versions=np.concatenate([b.reward_versions for b in batches]),
+            reference_logprobs=np.concatenate([b.reference_logprobs for b in batches]),
+            annotators=np.concatenate([b.annotators for b in batches]),
+            annotation_costs=np.concatenate([b.annotation_costs for b in batches]),
         )
 
     # ----------------------------------------------------------------- views
@@ -416,6 +458,7 @@ class RolloutBatch:
 
     def _rollout(self, i: int, p0: int, p1: int, c0: int, c1: int) -> Rollout:
         advantage = float(self.advantages[i])
+        reference = float(self.reference_logprobs[i])
         correct = int(self.correct[i])
         return Rollout(
             prompt_ids=self.prompt_ids[p0:p1],
@@ -430,6 +473,9 @@ class RolloutBatch:
             finish_reason=FINISH_REASONS[int(self.finish_reasons[i])],
             allow_empty=True,
             reward_version=int(self.reward_versions[i]),
+            reference_logprob=None if math.isnan(reference) else reference,
+            annotator=ANNOTATORS[int(self.annotators[i])],
+            annotation_cost=float(self.annotation_costs[i]),
         )
 
     def __iter__(self) -> Iterator[Rollout]:
@@ -468,6 +514,9 @@ class RolloutBatch:
             task_names=self.task_names,
             allow_empty=True,
             reward_versions=self.reward_versions[idx],
+            reference_logprobs=self.reference_logprobs[idx],
+            annotators=self.annotators[idx],
+            annotation_costs=self.annotation_costs[idx],
         )
 
 

@@ -27,6 +27,9 @@ Offsets = npt.NDArray[np.int64]
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort")
 """Why generation ended: an end-of-sequence token, the length limit, or an aborted request."""
 
+ANNOTATORS: tuple[str, ...] = ("", "verifier", "reward_model", "file")
+"""Who judged a preference pair a rollout belongs to ("": the rollout is not in a pair)."""
+
 MAX_TOKEN_ID = int(np.iinfo(np.int32).max)
 MAX_LENGTH = int(np.iinfo(np.int32).max)
 MAX_INT64 = int(np.iinfo(np.int64).max)
@@ -317,6 +320,28 @@ def correct_flags(values: object | None, n: int) -> npt.NDArray[np.int8]:
     return array.astype(np.int8, copy=False)
 
 
+def annotator_codes(values: object | None, n: int) -> npt.NDArray[np.uint8]:
+    """Who annotated each rollout's preference: codes into ANNOTATORS (0: not a pair)."""
+    if values is None:
+        return np.zeros(n, dtype=np.uint8)
+    codes = per_rollout_ints("annotators", values, n)
+    bad = codes >= len(ANNOTATORS)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidRolloutError(
+            f"rollouts[{i}].annotator", int(codes[i]), f"codes index {ANNOTATORS}"
+        )
+    return codes.astype(np.uint8)
+
+
+def non_negative_floats(name: str, values: object, n: int) -> npt.NDArray[np.float64]:
+    array = per_rollout_floats(name, values, n, allow_nan=False)
+    if array.size and array.min() < 0:
+        i = int(np.argmin(array))
+        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", float(array[i]), "must be >= 0")
+    return array
+
+
 def finish_codes(values: object | None, n: int) -> npt.NDArray[np.uint8]:
     if values is None:
         return np.zeros(n, dtype=np.uint8)
@@ -384,6 +409,9 @@ def validate_columns(
     task_names: object,
     allow_empty: bool,
     reward_versions: object | None = None,
+    reference_logprobs: object | None = None,
+    annotators: object | None = None,
+    annotation_costs: object | None = None,
 ) -> dict[str, Any]:
     """Every column of a batch checked and narrowed to its storage dtype, as read-only arrays."""
     p_len = lengths_array("prompt_lengths", prompt_lengths)
@@ -426,6 +454,17 @@ def validate_columns(
             np.zeros(n, dtype=np.int64)
             if reward_versions is None
             else per_rollout_ints("reward_versions", reward_versions, n)
+        ),
+        "reference_logprobs": (
+            np.full(n, np.nan)
+            if reference_logprobs is None
+            else per_rollout_floats("reference_logprobs", reference_logprobs, n, allow_nan=True)
+        ),
+        "annotators": annotator_codes(annotators, n),
+        "annotation_costs": (
+            np.zeros(n)
+            if annotation_costs is None
+            else non_negative_floats("annotation_costs", annotation_costs, n)
         ),
     }
     out: dict[str, Any] = {name: readonly(array) for name, array in columns.items()}

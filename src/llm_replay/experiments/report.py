@@ -163,6 +163,7 @@ def _save(fig: Any, path: Path, paths: list[Path]) -> None:
 BASIS_LABEL = {
     "measured": "compute (s): generation + scoring + training, measured here",
     "rollouts": "rollouts generated",
+    "annotations": "preference pairs annotated",
     "steps": "gradient steps",
 }
 

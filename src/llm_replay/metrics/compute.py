@@ -31,6 +31,8 @@ COUNTS = (
     "completion_tokens_trained",
     "forward_only_tokens",
     "gradient_steps",
+    "annotations",
+    "annotation_failures",
 )
 
 
@@ -154,6 +156,7 @@ def cost_on_basis(basis: str, metrics: dict[str, float]) -> float:
 
     `measured`: seconds of generation + scoring + training on this machine.
     `rollouts`: rollouts generated.
+    `annotations`: preference pairs an annotator was asked to judge (`preference` runs).
     `mu_X`: a cost model, completion tokens generated × X + completion tokens trained on × 1
     (c_gen / c_train = X = μ; prompts are not counted on either side), in training-token units,
     plus a learned reward model's cost in the same units (`ComputeMeter.reward_model_cost`).
@@ -162,6 +165,8 @@ def cost_on_basis(basis: str, metrics: dict[str, float]) -> float:
         return float(metrics["compute/seconds"])
     if basis == "rollouts":
         return float(metrics["compute/rollouts_generated"])
+    if basis == "annotations":
+        return float(metrics.get("compute/annotations", 0.0))
     if basis.startswith("mu_"):
         try:
             mu = float(basis[3:])
@@ -170,4 +175,4 @@ def cost_on_basis(basis: str, metrics: dict[str, float]) -> float:
         generated = float(metrics["compute/tokens_generated"])
         trained = float(metrics["compute/completion_tokens_trained"])
         return generated * mu + trained + float(metrics.get("compute/reward_model_cost", 0.0))
-    raise ValueError(f"basis = {basis!r}: choose measured, rollouts or mu_<number>")
+    raise ValueError(f"basis = {basis!r}: choose measured, rollouts, annotations or mu_<number>")

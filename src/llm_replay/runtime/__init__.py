@@ -26,6 +26,10 @@ def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
         from llm_replay.runtime.ray import RayTrainer
 
         return RayTrainer(config, run_dir=run_dir)
+    if config.preference.enabled:
+        from llm_replay.preference.trainer import PreferenceTrainer
+
+        return PreferenceTrainer(config, run_dir=run_dir)
     from llm_replay.runtime.sync import SyncTrainer
 
     return SyncTrainer(config, run_dir=run_dir)

@@ -1,0 +1,15 @@
+"""Preference learning with replay: annotated pairs as table rows, pair losses, pair replay.
+
+- `annotators`: who judges a pair (the verifier, a reward model as judge), under a time limit,
+  counted;
+- `pairs`: pairs from a round's groups, with the reference log-probs taken once;
+- `files`: a JSONL/Parquet file of given pairs;
+- `losses`: DPO, IPO, SLiC on the implicit reward margin;
+- `replay`: the pair table and how pairs are drawn again (uniform, recency, margin);
+- `step`: one optimizer step on pairs;
+- `trainer`: the loop (`preference.enabled: true`).
+"""
+
+from llm_replay.preference.losses import PAIR_LOSSES, PairLoss, build_pair_loss
+
+__all__ = ["PAIR_LOSSES", "PairLoss", "build_pair_loss"]
