@@ -71,6 +71,51 @@ def auc(scores: np.ndarray, truth: np.ndarray) -> float:
     return float(above + ties / 2)
 
 
+def calibration(scores: np.ndarray, truth: np.ndarray, bins: int = 10) -> dict[str, object]:
+    """How far the model's probabilities are from the rates they claim: expected calibration
+    error over `bins` equal-width bins, the Brier score, and each bin's mean score against its
+    share of right completions (the reliability curve)."""
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which = np.clip(np.digitize(scores, edges[1:-1]), 0, bins - 1)
+    curve, error = [], 0.0
+    for b in range(bins):
+        inside = which == b
+        if not inside.any():
+            continue
+        claimed, actual = float(scores[inside].mean()), float(truth[inside].mean())
+        error += inside.mean() * abs(claimed - actual)
+        curve.append(
+            {
+                "bin": [float(edges[b]), float(edges[b + 1])],
+                "count": int(inside.sum()),
+                "mean_score": claimed,
+                "right_rate": actual,
+            }
+        )
+    return {
+        "ece": float(error),
+        "brier": float(np.mean((scores - truth) ** 2)),
+        "reliability": curve,
+    }
+
+
+def evaluate(directory: Path, args: argparse.Namespace) -> None:
+    """Re-measure a built model on the held-out completions its build sampled (same task,
+    policy, sampling and seed) and add its calibration to its build.json."""
+    info = json.loads((directory / "build.json").read_text())
+    policy, tokenizer = load_policy(info["policy"])
+    task = builtin_task(info["task"], train_size=info["prompts"], eval_size=500)
+    sampling = (info["samples_per_prompt"], args.max_new_tokens, info["temperature"])
+    test = sample_labelled(policy, tokenizer, task, task.eval, *sampling, info["seed"] + 1)
+    reward = RewardModel(str(directory), batch_size=256)
+    scores, truth = reward.score(test[0], test[1]), test[2].astype(bool)
+    if abs(auc(scores, truth) - info["heldout_auc"]) > 1e-6:
+        raise SystemExit(f"{directory}: held-out AUC {auc(scores, truth)} differs from the build's")
+    info["heldout_calibration"] = calibration(scores, truth.astype(float))
+    (directory / "build.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(json.dumps(info["heldout_calibration"], indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="chain_sum", choices=sorted(BUILTIN_TASKS))
@@ -84,7 +129,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="measure the model already in --out on its build's held-out set; add its calibration",
+    )
     args = parser.parse_args()
+    if args.evaluate:
+        evaluate(args.out, args)
+        return
 
     torch.manual_seed(args.seed)
     policy_path = args.policy or f"builtin:tiny-{args.task.replace('_', '-')}"
@@ -134,6 +187,7 @@ def main() -> None:
         "heldout_true_positive_rate": float(judged[truth].mean()),
         "heldout_false_positive_rate": float(judged[~truth].mean()),
         "heldout_auc": auc(scores, truth),
+        "heldout_calibration": calibration(scores, truth.astype(float)),
         "seconds": round(seconds, 1),
         "torch": torch.__version__,
     }

@@ -17,6 +17,7 @@ from llm_replay.cli.commands import build_parser
 from llm_replay.config.describe import config_fields
 from llm_replay.config.recipes import RECIPES
 from llm_replay.methods import describe
+from llm_replay.preference.losses import describe_pair_losses
 
 
 def _cell(value: Any) -> str:
@@ -106,6 +107,19 @@ def losses_page() -> str:
         if entry["advantage"]:
             lines += [f"*Advantage it expects*: `{entry['advantage']}`", ""]
         lines += _knob_table(entry["knobs"])
+    lines += [
+        "# Pair losses",
+        "",
+        "The losses of a preference run (`preference.enabled: true`; `preference.loss` names one, "
+        "[Preference learning with replay](../preference.md)): each a function of the implicit "
+        "reward margin h of a pair (chosen, rejected) against the reference log-probs stored "
+        "when the pair was made.",
+        "",
+    ]
+    for entry in describe_pair_losses():
+        lines += [f"## `{entry['name']}`", "", _cell(entry["description"]), ""]
+        lines += [f"*Paper*: {_cell(entry['paper'])}", ""]
+        lines += _knob_table(entry["knobs"])  # type: ignore[arg-type]
     return "\n".join(lines)
 
 

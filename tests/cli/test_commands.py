@@ -199,13 +199,16 @@ def test_losses_lists_the_registry_as_a_table_and_as_json(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from llm_replay.algorithms.losses import LOSSES
+    from llm_replay.preference.losses import PAIR_LOSSES
 
     assert main(["losses", "--json"]) == 0
     entries = json.loads(capsys.readouterr().out)
-    assert [e["name"] for e in entries] == sorted(LOSSES)
+    assert [e["name"] for e in entries] == sorted(LOSSES) + sorted(PAIR_LOSSES)
+    assert [e["name"] for e in entries if e.get("kind") == "pair"] == sorted(PAIR_LOSSES)
     assert main(["losses"]) == 0
     table = capsys.readouterr().out
     assert "algorithm.loss" in table and "m2po" in table and "needs π_prox" in table
+    assert "preference.loss" in table and "ipo" in table
 
 
 @pytest.mark.parametrize("field", ["model.path", "reward_model.path"])

@@ -83,3 +83,11 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
         trl_arguments(load_config("positive_fixed_set"), tmp_path)
     anneal = trl_arguments(load_config("positive_anneal"), tmp_path)
     assert anneal.replay.options["anneal"].enabled  # the replay options reach the TRL trainer
+
+
+def test_a_preference_run_through_trl_is_refused_with_the_reason(tmp_path: Path) -> None:
+    from llm_replay.integrations.trl.runner import TRLRun
+
+    config = load_config("dpo", [f"log.run_dir={tmp_path}"])
+    with pytest.raises(ValueError, match="no seam to record or inject pairs"):
+        TRLRun(config)

@@ -132,10 +132,12 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def cmd_losses(args: argparse.Namespace) -> int:
     from llm_replay.algorithms.losses import describe_losses
+    from llm_replay.preference.losses import describe_pair_losses
 
     def row(entry: dict[str, Any], knobs: str) -> tuple[str, ...]:
         clip = entry["default_clip"]
         notes = [
+            "a pair loss: preference.loss, with preference.enabled" if entry.get("kind") else "",
             f"clip ε default {clip[0]}/{clip[1]}" if clip else "",
             "needs π_prox (an extra forward pass)" if entry["needs_proximal"] else "",
             f"needs advantage {entry['advantage']}" if entry["advantage"] else "",
@@ -144,9 +146,10 @@ def cmd_losses(args: argparse.Namespace) -> int:
         noted = "; ".join(n for n in notes if n) or "—"
         return entry["name"], entry["description"], entry["paper"], knobs, noted
 
-    title = "policy losses (algorithm.loss) and their knobs (algorithm.<knob>)"
-    columns = ("name", "per-token objective", "paper", "knobs (default)", "notes")
-    return _print_registry(args, describe_losses(), title, columns, row)
+    title = "policy losses (algorithm.loss) and pair losses (preference.loss), with their knobs"
+    columns = ("name", "objective", "paper", "knobs (default)", "notes")
+    entries = describe_losses() + describe_pair_losses()
+    return _print_registry(args, entries, title, columns, row)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -293,6 +296,13 @@ def _print_table_report(path: Path, r: dict[str, Any]) -> None:
     if set(versions) - {"0"}:
         table.add_row("reward model versions", ", ".join(f"v{v}: {n}" for v, n in versions.items()))
     table.add_row("advantages", dist(r["advantages"]))
+    pairs = r.get("preference_pairs")
+    if pairs:
+        who = ", ".join(f"{name} {n}" for name, n in pairs["by_annotator"].items())
+        table.add_row(
+            "preference pairs",
+            f"{pairs['pairs']} ({who}); annotation cost {pairs['annotation_cost']:g}",
+        )
     share = r["correct_share"]
     table.add_row("correct", "unknown" if share is None else f"{100 * share:.1f}%")
     table.add_row("inserted / sampled", f"{r['inserts']} / {r['samples']} rollouts")
@@ -305,6 +315,8 @@ def _print_table_report(path: Path, r: dict[str, Any]) -> None:
             else f"{row['prompt_ids']} → {row['completion_ids']}"
         )
         scorer = f" (reward model v{row['reward_version']})" if row["reward_version"] else ""
+        if row.get("annotator"):
+            scorer += f" ({'chosen' if row['reward'] > 0 else 'rejected'}, by {row['annotator']})"
         console.print(
             f"key {row['key']} v{row['policy_version']} reward {row['reward']:.3g}{scorer} "
             f"A {row['advantage']:.3g} sampled {row['times_sampled']}×: {escape(text)}",
@@ -423,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     methods = sub.add_parser("methods", help="list the replay methods, their papers and knobs")
     methods.add_argument("--json", action="store_true", help="print the registry as JSON")
     methods.set_defaults(func=cmd_methods)
-    losses = sub.add_parser("losses", help="list the policy losses, their papers and knobs")
+    losses = sub.add_parser(
+        "losses", help="list the policy and pair losses, their papers and knobs"
+    )
     losses.add_argument("--json", action="store_true", help="print the registry as JSON")
     losses.set_defaults(func=cmd_losses)
     inspect = sub.add_parser("inspect", help="what a saved or durable replay table holds")

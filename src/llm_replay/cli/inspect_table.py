@@ -18,6 +18,7 @@ from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.checkpoint import MANIFEST
 from llm_replay.buffer.durable import is_durable_dir
 from llm_replay.buffer.stats import HISTOGRAM_BINS
+from llm_replay.data.rollout import ANNOTATORS
 
 
 def sharded_table_dirs(path: Path) -> list[Path]:
@@ -66,6 +67,7 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
         "correct_share": float((correct == 1).mean()) if (correct >= 0).any() else None,
         "policy_versions": quantiles(st.policy_version[live].astype(np.float64)),
         "reward_versions": {str(v): int(n) for v, n in zip(versions, counts, strict=True)},
+        "preference_pairs": preference_summary(st, live),
         "rows": [],
     }
     if len(live) and rows > 0:
@@ -82,6 +84,7 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
                 "reward": float(sample.rewards[i]),
                 "advantage": float(sample.advantages[i]),
                 "times_sampled": int(sample.times_sampled[i]),
+                "annotator": ANNOTATORS[int(sample.annotators[i])],
                 "prompt_ids": prompt,
                 "completion_ids": completion,
             }
@@ -90,6 +93,25 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
                 row["completion"] = tokenizer.decode(completion, skip_special_tokens=True)
             out["rows"].append(row)
     return out
+
+
+def preference_summary(storage: Any, live: np.ndarray) -> dict[str, Any] | None:
+    """Rows in preference pairs: pairs by annotator, annotation cost, reference log-probs taken
+    (None when the table holds no pairs)."""
+    codes = storage.annotator[live]
+    paired = codes > 0
+    if not paired.any():
+        return None
+    names, counts = np.unique(codes[paired], return_counts=True)
+    reference = storage.reference_logprob[live][paired]
+    return {
+        "pairs": int(paired.sum()) // 2,
+        "by_annotator": {
+            ANNOTATORS[int(c)]: int(n) // 2 for c, n in zip(names, counts, strict=True)
+        },
+        "annotation_cost": float(storage.annotation_cost[live][paired].sum()),
+        "reference_logprobs_missing": int(np.isnan(reference).sum()),
+    }
 
 
 def plot_table(table: ReplayTable, out: Path) -> list[Path]:

@@ -365,12 +365,6 @@ class Config:
                 "preference.annotator = 'reward_model': set task.reward=model and "
                 "reward_model.path (the judge is the run's reward model, refreshes included)"
             )
-        if 2 * p.pairs_per_group > self.generation.group_size:
-            raise ConfigError(
-                f"preference.pairs_per_group = {p.pairs_per_group}: a group of "
-                f"{self.generation.group_size} holds at most {self.generation.group_size // 2} "
-                "disjoint pairs"
-            )
 
     def _check_shards(self, method: type[ReplayMethod[Any]]) -> None:
         w = self.workers

@@ -48,7 +48,9 @@ class PreferenceConfig:
         0.0, "reward_model judge: a score gap at most this is a tie (no pair)"
     )
     timeout_s: float = setting(60.0, "seconds one annotation call may take")
-    pairs_per_group: int = setting(2, "disjoint candidate pairs drawn from each group")
+    pairs_per_group: int = setting(
+        2, "disjoint candidate pairs drawn from each group, at most (a group of G holds G // 2)"
+    )
     loss: str = setting("dpo", "the pair loss (`llm-replay losses`): dpo, ipo, slic")
     beta: float = setting(0.1, "β: the implicit reward's scale (DPO's KL strength)")
     batch_pairs: int = setting(64, "pairs per gradient step (fresh first, then replayed)")
@@ -62,6 +64,11 @@ class PreferenceConfig:
     max_age: int | None = setting(None, "evict pairs generated more than this many versions ago")
     recency_half_life: float = setting(8.0, "recency: versions after which a pair's weight halves")
     priority_exponent: float = setting(1.0, "margin: weight = σ(−h)^exponent")
+    stale_pairs: str = setting(
+        "keep",
+        "reward_model judge refreshed (reward_model.refresh_every): keep the pairs an older judge "
+        "made, or evict them",
+    )
     correction: str = setting(
         "none", "off-policy weight of a replayed pair: none or truncated_is (ratio of both sides)"
     )
@@ -73,6 +80,7 @@ class PreferenceConfig:
             "annotate": ("always", "when_stale"),
             "replay": REPLAY_CHOICES,
             "correction": CORRECTIONS,
+            "stale_pairs": ("keep", "evict"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

@@ -97,3 +97,27 @@ def build_pair_loss(name: str, beta: float) -> PairLoss:
     if name not in PAIR_LOSSES:
         raise ValueError(f"loss = {name!r}: choose one of {sorted(PAIR_LOSSES)}")
     return PAIR_LOSSES[name](beta)
+
+
+def describe_pair_losses() -> list[dict[str, object]]:
+    """Every pair loss with its paper and knob, in the shape `llm-replay losses` lists."""
+    return [
+        {
+            "name": name,
+            "kind": "pair",
+            "description": cls.description,
+            "paper": cls.paper,
+            "default_clip": None,
+            "needs_proximal": False,
+            "advantage": None,
+            "trl": None,
+            "knobs": [
+                {
+                    "name": "preference.beta",
+                    "default": 0.1,
+                    "help": "β: the implicit reward's scale",
+                }
+            ],
+        }
+        for name, cls in sorted(PAIR_LOSSES.items())
+    ]

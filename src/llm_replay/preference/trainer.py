@@ -114,6 +114,10 @@ class PreferenceTrainer(SyncTrainer):
         if self.reward_refresh is not None and self.reward_refresh.due(self.iteration):
             refreshed = self.reward_refresh.refresh(self.meter)
         record: dict[str, Any] = dict(refreshed)
+        if refreshed and self.annotator is not None and self.settings.stale_pairs == "evict":
+            record["preference/stale_evicted"] = self.pairs.remove_scored_before(
+                self.annotator.version
+            )
         fresh: Sample | None = None
         fresh_keys = np.zeros(0, dtype=np.int64)
         annotated = self.annotation_due()

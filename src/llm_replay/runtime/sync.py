@@ -47,6 +47,11 @@ class SyncTrainer(RunLoop):
     summary."""
 
     def __init__(self, config: Config, *, run_dir: Path | None = None) -> None:
+        if config.preference.enabled and type(self) is SyncTrainer:
+            raise ValueError(
+                "preference.enabled = true: a preference run is a PreferenceTrainer "
+                "(runtime.build_trainer builds the right trainer for a config)"
+            )
         self._init_loop(config, run_dir)
         parts = build_learner_parts(config, threads=config.train.threads, generates=True)
         assert parts.maker is not None
@@ -271,8 +276,10 @@ class SyncTrainer(RunLoop):
 
 
 def train(config: Config, **kwargs: Any) -> dict[str, Any]:
-    """Build a `SyncTrainer` from `config` and run it."""
-    return SyncTrainer(config).run(**kwargs)
+    """Build the trainer for `config` (`runtime.build_trainer`) and run it."""
+    from llm_replay.runtime import build_trainer
+
+    return build_trainer(config).run(**kwargs)
 
 
 __all__ = ["SyncTrainer", "train"]

@@ -133,6 +133,13 @@ class TRLRun(RunRecords):
     def __init__(self, config: Config) -> None:
         from datasets import Dataset
 
+        if config.preference.enabled:
+            raise ValueError(
+                "preference.enabled = true: not through TRL. TRL's online DPO trainer "
+                "(trl.experimental.online_dpo) pairs, scores and takes its reference log-probs "
+                "inside one training_step, with no seam to record or inject pairs short of "
+                "copying it; run preference replay in our loop (backend: native)"
+            )
         self._init_loop(config, None)
         self.policy = Policy.load(config)
         self.scorer = build_scorer(config, self.policy.task)
