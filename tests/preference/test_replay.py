@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS, RolloutBatch
 from llm_replay.preference.replay import PairReplay
 from tests.conftest import make_batch
 
@@ -58,13 +58,23 @@ def test_the_oldest_pairs_leave_first_and_age_evicts_whole_pairs() -> None:
     assert table.metrics(4)["preference/stored_age"] == 2.0
 
 
-def test_pairs_judged_by_an_older_model_can_be_dropped() -> None:
+def judged(batch: RolloutBatch, annotator: str, version: int) -> RolloutBatch:
+    return dataclasses.replace(
+        batch,
+        annotators=np.full(len(batch), ANNOTATORS.index(annotator), dtype=np.uint8),
+        reward_versions=np.full(len(batch), version, dtype=np.int64),
+    )
+
+
+def test_pairs_an_older_judge_made_can_be_dropped_and_a_files_pairs_stay() -> None:
     rng = np.random.default_rng(2)
     table = replay()
-    first = pairs(rng, 2)
-    table.insert(dataclasses.replace(first, reward_versions=np.zeros(4, np.int64)))
-    table.insert(dataclasses.replace(pairs(rng, 2, first=5), reward_versions=np.ones(4, np.int64)))
-    assert table.remove_scored_before(1) == 2 and len(table) == 2
+    table.insert(judged(pairs(rng, 2), "reward_model", 0))
+    table.insert(judged(pairs(rng, 1, first=3), "file", 0))
+    table.insert(judged(pairs(rng, 2, first=5), "reward_model", 1))
+    assert table.remove_scored_before(1) == 2 and len(table) == 3
+    left = table.table.get_batch(table.chosen)[0]
+    assert sorted(left.annotators.tolist()) == [2, 2, 3]
 
 
 def draw_counts(table: PairReplay, version: int, draws: int = 4000) -> np.ndarray:

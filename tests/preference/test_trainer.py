@@ -37,9 +37,11 @@ def test_online_dpo_stores_annotated_pairs_and_counts_the_annotations(tmp_path: 
     assert isinstance(trainer, PreferenceTrainer)
     summary = trainer.run()
     records = train_records(tmp_path)
-    asked = 4 * 2  # prompts_per_step 4 × pairs_per_group 2, every iteration
-    assert [r["compute/annotations"] for r in records] == [asked, 2 * asked, 3 * asked]
-    assert cost_on_basis("annotations", records[-1]) == 3 * asked
+    candidates = 4 * 2  # prompts_per_step 4 × pairs_per_group 2, every iteration
+    asked = [candidates - r["preference/identical_skipped"] for r in records]
+    assert [r["preference/pairs_made"] + r["preference/ties"] for r in records] == asked
+    assert [r["compute/annotations"] for r in records] == np.cumsum(asked).tolist()
+    assert cost_on_basis("annotations", records[-1]) == sum(asked)
     made = sum(r["preference/pairs_made"] for r in records)
     assert made == len(trainer.pairs) > 0
     assert all(r["train/replayed_fraction"] == 0.0 for r in records if "loss/preference" in r)
@@ -49,7 +51,7 @@ def test_online_dpo_stores_annotated_pairs_and_counts_the_annotations(tmp_path: 
     assert np.isfinite(stored.reference_logprobs).all()
     assert set(stored.annotators.tolist()) == {ANNOTATORS.index("verifier")}
     assert stored.annotation_costs.sum() == made  # cost 1 a pair, half on each row
-    assert summary["counts"]["annotations"] == 3 * asked
+    assert summary["counts"]["annotations"] == sum(asked)
     assert summary["counts"]["forward_only_tokens"] > 0  # the reference forwards, charged
 
 
@@ -108,7 +110,8 @@ def test_a_failing_annotator_is_counted_and_stores_nothing(tmp_path: Path) -> No
     assert [r["compute/annotation_failures"] for r in records] == [1.0, 2.0]
     assert len(trainer.pairs) == 0 and len(trainer.pairs.table) == 0
     assert all("loss/preference" not in r for r in records)  # nothing to train on
-    assert records[-1]["compute/annotations"] == 16  # asked, unanswered, paid for
+    skipped = sum(r["preference/identical_skipped"] for r in records)
+    assert records[-1]["compute/annotations"] == 16 - skipped  # asked, unanswered, paid for
 
 
 def test_resume_matches_the_uninterrupted_run(tmp_path: Path) -> None:
@@ -139,6 +142,7 @@ def test_resume_matches_the_uninterrupted_run(tmp_path: Path) -> None:
         (["preference.annotator=reward_model"], "preference.annotator = 'reward_model': set task"),
         (["preference.annotate=when_stale", "preference.replay=none"], "annotate = 'when_stale'"),
         (["preference.annotator=none"], "needs preference.file"),
+        (["preference.correction=truncated_is", "generation.top_p=0.9"], "not with generation"),
         (["preference.file=/no/such.jsonl"], "preference.file = '/no/such.jsonl': no such file"),
         (["preference.loss=kto"], "preference.loss = 'kto'"),
         (["preference.stale_threshold=1.5"], "preference.stale_threshold = 1.5"),
@@ -193,3 +197,20 @@ def test_a_reward_model_judge_stamps_its_version_and_stale_pairs_can_go(
         assert records[2]["preference/stale_evicted"] > 0
     else:
         assert versions == {0, 1}
+
+
+def test_the_annotation_budget_is_never_overspent_and_replay_goes_on(tmp_path: Path) -> None:
+    config = preference_config(
+        tmp_path,
+        "dpo_replay",
+        "train.iterations=5",
+        "preference.annotation_budget=10",
+        "preference.annotation_cost=1.5",
+    )
+    build_trainer(config).run()
+    records = train_records(tmp_path)
+    spent = [r["compute/annotation_cost"] for r in records]
+    assert spent[-1] <= 10 and spent[-1] > 10 - 1.5 * 8  # trimmed to what the budget pays
+    stopped = [i for i, r in enumerate(records) if r["preference/annotated"] == 0]
+    assert stopped and all(spent[i] == spent[-1] for i in stopped)
+    assert all("loss/preference" in records[i] for i in stopped)  # replayed pairs still train

@@ -360,6 +360,13 @@ class Config:
                 f"replay.method = {self.replay.method!r}: preference runs replay pairs through "
                 "preference.replay; leave replay.method at on_policy without options"
             )
+        g = self.generation
+        if p.correction == "truncated_is" and (g.top_k or g.top_p < 1):
+            raise ConfigError(
+                "preference.correction = 'truncated_is': not with generation.top_k/top_p "
+                "truncation (the behaviour log-probs are of the truncated distribution, a pair's "
+                "sequence log-probs of the full one)"
+            )
         if p.annotator == "reward_model" and self.task.reward != "model":
             raise ConfigError(
                 "preference.annotator = 'reward_model': set task.reward=model and "

@@ -53,7 +53,11 @@ class PreferenceConfig:
     )
     loss: str = setting("dpo", "the pair loss (`llm-replay losses`): dpo, ipo, slic")
     beta: float = setting(0.1, "β: the implicit reward's scale (DPO's KL strength)")
-    batch_pairs: int = setting(64, "pairs per gradient step (fresh first, then replayed)")
+    batch_pairs: int = setting(
+        64,
+        "pairs per gradient step: the round's fresh pairs (all of them, in its first step), then "
+        "replayed pairs up to this",
+    )
     steps_per_iteration: int = setting(1, "gradient steps per iteration")
     replay: str = setting(
         "none",
@@ -103,6 +107,11 @@ class PreferenceConfig:
             raise ConfigError(f"file = {self.file!r}: no such file")
         if self.annotator == "none" and self.file is None:
             raise ConfigError("annotator = 'none': needs preference.file (the pairs to learn from)")
+        if self.annotator == "none" and self.replay == "none":
+            raise ConfigError(
+                "annotator = 'none': needs replay (uniform, recency or margin) to draw the file's "
+                "pairs; with replay = 'none' nothing would train"
+            )
         if self.annotate == "when_stale" and self.replay == "none":
             raise ConfigError(
                 "annotate = 'when_stale': needs replay (stored pairs to learn from meanwhile)"

@@ -44,6 +44,11 @@ class Annotator(ABC):
         """The judge's version (0 for one that never changes)."""
         return 0
 
+    @property
+    def tokens_scored(self) -> int:
+        """Tokens a learned judge has forwarded (charged to the meter as reward-model work)."""
+        return 0
+
     @abstractmethod
     def judge(
         self,
@@ -95,6 +100,10 @@ class RewardModelJudge(Annotator):
     def version(self) -> int:
         return self.model.version
 
+    @property
+    def tokens_scored(self) -> int:
+        return self.model.tokens_scored
+
     def judge(
         self,
         prompts: Sequence[str],
@@ -140,6 +149,10 @@ class SafeAnnotator:
     @property
     def version(self) -> int:
         return self.annotator.version
+
+    @property
+    def tokens_scored(self) -> int:
+        return self.annotator.tokens_scored
 
     def judge(
         self,

@@ -138,30 +138,43 @@ class PairMaker:
         batch: RolloutBatch,
         problems: Sequence[Problem],
         meter: ComputeMeter,
+        *,
+        limit: int | None = None,
     ) -> tuple[RolloutBatch | None, dict[str, float]]:
         """The annotated pairs of `batch` (`problems[i]` is row i's problem), or None when there
-        are none (every candidate tied, or the annotator failed)."""
+        are none (every candidate tied, or the annotator failed). Two identical completions are
+        not worth asking about and are never sent; `limit` caps the pairs asked (what is left of
+        an annotation budget)."""
         first, second, pair_ids = self.candidates(batch)
         counts = self.annotator.counts
         before = dataclasses.replace(counts)
         texts = completion_texts(self.tokenizer, batch)
+        differ = np.array(
+            [texts[a] != texts[b] for a, b in zip(first, second, strict=True)], dtype=bool
+        )
+        counts.identical += int((~differ).sum())
+        first, second, pair_ids = first[differ], second[differ], pair_ids[differ]
+        if limit is not None:
+            first, second, pair_ids = first[:limit], second[:limit], pair_ids[:limit]
         prompt_texts = self.tokenizer.batch_decode(
             [batch.prompt_ids[a:b] for a, b in _spans(batch.prompt_lengths)],
             skip_special_tokens=True,
         )
-        strengths = self.annotator.judge(
-            [prompt_texts[i] for i in first],
-            [problems[i] for i in first],
-            [texts[i] for i in first],
-            [texts[i] for i in second],
-        )
+        scored_before = self.annotator.tokens_scored
+        strengths = None
+        if len(first):
+            strengths = self.annotator.judge(
+                [prompt_texts[i] for i in first],
+                [problems[i] for i in first],
+                [texts[i] for i in first],
+                [texts[i] for i in second],
+            )
+        meter.add(reward_model_tokens=self.annotator.tokens_scored - scored_before)
         metrics: dict[str, float] = {}
         pairs: RolloutBatch | None = None
         if strengths is not None:
-            same = np.array([texts[a] == texts[b] for a, b in zip(first, second, strict=True)])
-            keep = (strengths != 0) & ~same
-            counts.ties += int((strengths == 0).sum())
-            counts.identical += int(((strengths != 0) & same).sum())
+            keep = strengths != 0
+            counts.ties += int((~keep).sum())
             counts.pairs += int(keep.sum())
             if keep.any():
                 pairs = self._pairs(batch, first, second, pair_ids, strengths, keep, meter)
@@ -169,6 +182,7 @@ class PairMaker:
         meter.add(annotation_failures=counts.failures - before.failures)
         metrics["preference/pairs_made"] = float(counts.pairs - before.pairs)
         metrics["preference/ties"] = float(counts.ties - before.ties)
+        metrics["preference/identical_skipped"] = float(counts.identical - before.identical)
         metrics["preference/annotation_failures"] = float(counts.failures)
         return pairs, metrics
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import ReplayTable, Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS, RolloutBatch
 
 INDEX_FILE = "pair_index.npz"
 STATE_FILE = "pair_replay.json"
@@ -84,9 +84,12 @@ class PairReplay:
         self.table.set_policy_version(version)
         self._prune()
 
-    def remove_scored_before(self, version: int) -> int:
-        """Drop the pairs an annotator older than `version` judged; returns how many."""
-        stale = np.isin(self.chosen, self.table.keys_scored_before(version))
+    def remove_scored_before(self, version: int, annotator: str = "reward_model") -> int:
+        """Drop the pairs `annotator` judged at a version older than `version` (a file's pairs
+        and a verifier's never go stale); returns how many."""
+        older = self.table.keys_scored_before(version)
+        judged = self.table.get_batch(older)[0].annotators == ANNOTATORS.index(annotator)
+        stale = np.isin(self.chosen, older[judged])
         self._drop(np.flatnonzero(stale))
         return int(stale.sum())
 
@@ -123,8 +126,10 @@ class PairReplay:
 
     # ------------------------------------------------------------------ reads
     def weights(self, version: int) -> np.ndarray:
-        if self.mode == "recency":
-            return 0.5 ** (np.maximum(version - self.versions, 0) / self.half_life)
+        if self.mode == "recency":  # in log space: old pairs must not all round to weight 0
+            log_weight = -np.log(2.0) * np.maximum(version - self.versions, 0) / self.half_life
+            weights: np.ndarray = np.exp(log_weight - log_weight.max())
+            return weights
         if self.mode == "margin":
             return np.maximum(self.wrongness, 1e-6) ** self.exponent
         return np.ones(len(self))

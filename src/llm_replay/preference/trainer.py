@@ -98,7 +98,8 @@ class PreferenceTrainer(SyncTrainer):
         p = self.settings
         if self.annotator is None:
             return False
-        if p.annotation_budget and self.annotator.counts.cost >= p.annotation_budget:
+        left = self._pairs_left()
+        if left is not None and left <= 0:
             return False
         if p.annotate == "when_stale":
             signal = self.pairs.stale_signal()
@@ -128,7 +129,9 @@ class PreferenceTrainer(SyncTrainer):
             assert self.pair_maker is not None
             problems = self._problems(fresh_rollouts)
             with self.meter.time("scoring"):
-                made, annotation = self.pair_maker.make(fresh_rollouts, problems, self.meter)
+                made, annotation = self.pair_maker.make(
+                    fresh_rollouts, problems, self.meter, limit=self._pairs_left()
+                )
             record.update(annotation)
             if made is not None:
                 row_keys = self.pairs.insert(made)
@@ -162,6 +165,15 @@ class PreferenceTrainer(SyncTrainer):
         if self.annotator is not None:
             record["compute/annotation_cost"] = self.annotator.counts.cost
         return record
+
+    def _pairs_left(self) -> int | None:
+        """Pairs the annotation budget still pays for (None: no budget)."""
+        p = self.settings
+        if not p.annotation_budget or self.annotator is None:
+            return None
+        if p.annotation_cost == 0:
+            return None
+        return int((p.annotation_budget - self.annotator.counts.cost) // p.annotation_cost)
 
     def _prompt_indices(self) -> np.ndarray:
         indices = super()._prompt_indices()

@@ -276,10 +276,9 @@ class SyncTrainer(RunLoop):
 
 
 def train(config: Config, **kwargs: Any) -> dict[str, Any]:
-    """Build the trainer for `config` (`runtime.build_trainer`) and run it."""
-    from llm_replay.runtime import build_trainer
-
-    return build_trainer(config).run(**kwargs)
+    """Build a `SyncTrainer` from `config` and run it (`runtime.build_trainer` builds whichever
+    trainer a config needs)."""
+    return SyncTrainer(config).run(**kwargs)
 
 
 __all__ = ["SyncTrainer", "train"]
