@@ -500,3 +500,46 @@ def test_a_methods_own_setting_wins_over_the_experiments(tmp_path: Path) -> None
     )
     assert run_config(experiment, widened, 0).train.batch_size == 32
     assert run_config(experiment, experiment.method("on_policy"), 0).train.batch_size == 16
+
+
+@pytest.mark.parametrize("name", ["experiment_preference", "experiment_rlhf_spell"])
+def test_the_shipped_preference_and_stale_reward_experiments_validate(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llm_replay.experiments.compare import run_config
+
+    monkeypatch.chdir(ROOT)
+    for quick in (False, True):
+        experiment = load_experiment(f"configs/{name}.yaml", quick=quick)
+        for method in experiment.methods:
+            config = run_config(experiment, method, experiment.seeds[0])
+            assert config.train.compute_budget == experiment.budget_of(method)
+
+
+def test_a_preference_comparison_reads_on_the_annotations_basis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        f"""
+name: tiny_preference
+out: {tmp_path / "out"}
+seeds: [0]
+budget_basis: mu_5
+budget: 3000
+eval_every: 1000
+baseline: dpo
+bases: [annotations, mu_5]
+set: {TINY_SET}
+methods:
+  dpo: {{config: dpo, set: [preference.batch_pairs=6]}}
+  dpo_replay: {{config: dpo_replay, set: [preference.batch_pairs=6, generation.prompts_per_step=2]}}
+  grpo: {{config: on_policy}}
+"""
+    )
+    assert main(["compare", str(path), "--quiet"]) == 0
+    out = tmp_path / "out" / "full"
+    summary = json.loads((out / "summary.json").read_text())
+    assert "annotations" in summary["methods"]["dpo_replay"]["compute_to_target_ratio"]
+    assert (out / "accuracy_vs_annotations.png").stat().st_size > 10_000

@@ -181,7 +181,8 @@ def plot_experiment(
     out: Path | None = None,
 ) -> list[Path]:
     """The comparison's PNGs in `out` (the experiment's): accuracy vs compute (measured and
-    μ = 5), vs steps, entropy, pass@k, ratio vs μ."""
+    μ = 5), vs annotations (a preference experiment's rows that annotate, when `annotations` is
+    one of its bases), vs steps, entropy, pass@k, ratio vs μ."""
     plt = _pyplot()
     out = Path(experiment.out if out is None else out)
     counts = sorted({len(c) for c in runs.values()})
@@ -205,6 +206,21 @@ def plot_experiment(
         f"{experiment.name}: accuracy vs compute ({band}; dotted = baseline's final){continued}"
     )
     _save(fig, out / "accuracy_vs_compute.png", paths)
+
+    annotated = {
+        name: curves
+        for name, curves in runs.items()
+        if any(float(r.compute("annotations")[-1]) > 0 for r in curves)
+    }
+    if "annotations" in experiment.bases and annotated:
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+        _band(ax, annotated, "accuracy", "annotations", 100.0, styles)
+        ax.axhline(100 * summary["target_accuracy"], color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel(_basis_label("annotations"))
+        ax.set_ylabel("held-out greedy accuracy (%)")
+        ax.set_title(f"{experiment.name}: accuracy vs annotations ({band})")
+        ax.legend(fontsize=8, loc="lower right")
+        _save(fig, out / "accuracy_vs_annotations.png", paths)
 
     for key, basis, ylabel, scale, file in (
         ("accuracy", "steps", "held-out greedy accuracy (%)", 100.0, "accuracy_vs_steps.png"),
