@@ -218,7 +218,7 @@ def plot_experiment(
         ax.axhline(100 * summary["target_accuracy"], color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel(_basis_label("annotations"))
         ax.set_ylabel("held-out greedy accuracy (%)")
-        ax.set_title(f"{experiment.name}: accuracy vs annotations ({band})")
+        ax.set_title(f"{experiment.name}: accuracy vs annotations\n({band})")
         ax.legend(fontsize=8, loc="lower right")
         _save(fig, out / "accuracy_vs_annotations.png", paths)
 
