@@ -101,13 +101,7 @@ def losses_page() -> str:
         "its knobs sit beside it under `algorithm:`.",
         "",
     ]
-    for entry in describe_losses():
-        lines += [f"## `{entry['name']}`", "", _cell(entry["description"]), ""]
-        lines += [f"*Paper*: {_cell(entry['paper'])}", ""]
-        if entry["advantage"]:
-            lines += [f"*Advantage it expects*: `{entry['advantage']}`", ""]
-        lines += _knob_table(entry["knobs"])
-    lines += [
+    pair_heading = [
         "# Pair losses",
         "",
         "The losses of a preference run (`preference.enabled: true`; `preference.loss` names one, "
@@ -116,10 +110,14 @@ def losses_page() -> str:
         "when the pair was made.",
         "",
     ]
-    for entry in describe_pair_losses():
-        lines += [f"## `{entry['name']}`", "", _cell(entry["description"]), ""]
-        lines += [f"*Paper*: {_cell(entry['paper'])}", ""]
-        lines += _knob_table(entry["knobs"])  # type: ignore[arg-type]
+    for entries, heading in ((describe_losses(), []), (describe_pair_losses(), pair_heading)):
+        lines += heading
+        for entry in entries:
+            lines += [f"## `{entry['name']}`", "", _cell(entry["description"]), ""]
+            lines += [f"*Paper*: {_cell(entry['paper'])}", ""]
+            if entry["advantage"]:
+                lines += [f"*Advantage it expects*: `{entry['advantage']}`", ""]
+            lines += _knob_table(entry["knobs"])  # type: ignore[arg-type]
     return "\n".join(lines)
 
 

@@ -59,18 +59,31 @@ class ReferenceScorer:
         out = np.zeros(sample.input_ids.shape, dtype=np.float32)
         for start in range(0, len(batch), self.micro_batch):
             rows = slice(start, start + self.micro_batch)
-            width = int(sample.attention_mask[rows].sum(1).max())
-            ids = torch.from_numpy(np.ascontiguousarray(sample.input_ids[rows, :width]))
-            mask = torch.from_numpy(np.ascontiguousarray(sample.attention_mask[rows, :width]))
-            with torch.no_grad():
-                values = token_logprobs(
-                    self.model,
-                    ids.long().to(self.device),
-                    mask.long().to(self.device),
-                    self.temperature,
-                ).tempered
-            out[rows, :width] = values.float().cpu().numpy()
+            values, _ = row_logprobs(
+                self.model, sample, rows, self.temperature, self.device, grad=False
+            )
+            out[rows, : values.shape[1]] = values.float().cpu().numpy()
         return out[sample.loss_mask]
+
+
+def row_logprobs(
+    model: Any,
+    sample: Sample,
+    rows: slice | np.ndarray,
+    temperature: float,
+    device: Any,
+    *,
+    grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log π(input_ids[t] | input_ids[<t]) of `sample`'s `rows`, cut to their longest row
+    (tempered logits, no truncation: finite for every token), with the rows' loss mask."""
+    mask = sample.attention_mask[rows]
+    width = int(mask.sum(1).max())
+    ids = torch.from_numpy(np.ascontiguousarray(sample.input_ids[rows, :width])).long().to(device)
+    attention = torch.from_numpy(np.ascontiguousarray(mask[:, :width])).long().to(device)
+    loss_mask = torch.from_numpy(np.ascontiguousarray(sample.loss_mask[rows, :width])).to(device)
+    with torch.set_grad_enabled(grad):
+        return token_logprobs(model, ids, attention, temperature).tempered, loss_mask
 
 
 def sequence_logprobs(
@@ -82,15 +95,10 @@ def sequence_logprobs(
     *,
     grad: bool,
 ) -> torch.Tensor:
-    """Σ_t log π(y_t | y_<t) over the completion tokens of `sample`'s `rows`, [len(rows)] float64
-    (tempered logits, no truncation: finite for every token)."""
-    mask = sample.attention_mask[rows]
-    width = int(mask.sum(1).max())
-    ids = torch.from_numpy(np.ascontiguousarray(sample.input_ids[rows, :width])).long().to(device)
-    attention = torch.from_numpy(np.ascontiguousarray(mask[:, :width])).long().to(device)
-    loss_mask = torch.from_numpy(np.ascontiguousarray(sample.loss_mask[rows, :width])).to(device)
+    """Σ_t log π(y_t | y_<t) over the completion tokens of `sample`'s `rows`, [len(rows)]
+    float64."""
+    logprobs, loss_mask = row_logprobs(model, sample, rows, temperature, device, grad=grad)
     with torch.set_grad_enabled(grad):
-        logprobs = token_logprobs(model, ids, attention, temperature).tempered
         total = (logprobs * loss_mask).sum(-1).double()
     return total if grad else total.cpu()
 
