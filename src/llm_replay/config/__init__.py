@@ -322,6 +322,7 @@ class Config:
             for key, on in (
                 ("dynamic_sampling", self.generation.dynamic_sampling),
                 ("skip.enabled", self.generation.skip.enabled),
+                ("adaptive.enabled", self.generation.adaptive.enabled),
             ):
                 if on:
                     raise ConfigError(
@@ -361,6 +362,11 @@ class Config:
                 "preference.replay; leave replay.method at on_policy without options"
             )
         g = self.generation
+        if g.adaptive.enabled:
+            raise ConfigError(
+                "generation.adaptive.enabled: not with preference.enabled (pairs are made from "
+                "whole groups of generation.group_size)"
+            )
         if p.correction == "truncated_is" and (g.top_k or g.top_p < 1):
             raise ConfigError(
                 "preference.correction = 'truncated_is': not with generation.top_k/top_p "

@@ -1,4 +1,6 @@
-"""`generation.skip:` — not generating prompts that will teach nothing (GRESO, arXiv 2506.02177)."""
+"""How many rollouts a prompt gets: `generation.skip` (GRESO, arXiv 2506.02177: none for a prompt
+that taught nothing lately) and `generation.adaptive` (AR3PO, arXiv 2509.25808: more for a prompt
+not yet solved this round, fewer for one that is)."""
 
 from __future__ import annotations
 
@@ -25,3 +27,24 @@ class PromptSkipConfig:
             raise ConfigError(f"after = {self.after!r}: must be an integer >= 1")
         if not (math.isfinite(self.retest) and 0 < self.retest <= 1):
             raise ConfigError(f"retest = {self.retest!r}: must be in (0, 1]")
+
+
+@dataclass
+class AdaptiveRolloutConfig:
+    """AR3PO's adaptive rollout and response reuse (`runtime.adaptive_rollouts`): sample
+    `stage_size` completions per prompt, then `stage_size` more for the prompts with no correct
+    one yet, up to `group_size` in all; with `reuse`, a prompt still unsolved gets its latest
+    earlier correct completion in place of one wrong one."""
+
+    enabled: bool = setting(
+        False, "sample in stages, stopping a prompt at its first correct completion (sync runtime)"
+    )
+    stage_size: int = setting(2, "completions per prompt per stage; must divide group_size")
+    reuse: bool = setting(
+        True, "give a prompt unsolved after every stage its latest earlier correct completion"
+    )
+
+    def check(self) -> None:
+        k = self.stage_size
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"stage_size = {k!r}: must be an integer >= 1")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from llm_replay.config.parse import ConfigError, check_positive, setting
-from llm_replay.config.prompts import PromptSkipConfig
+from llm_replay.config.prompts import AdaptiveRolloutConfig, PromptSkipConfig
 
 
 def check_basis(key: str, basis: str) -> None:
@@ -118,6 +118,10 @@ class GenerationConfig:
     skip: PromptSkipConfig = setting(
         help="GRESO prompt skipping (generation.skip.*)", factory=PromptSkipConfig
     )
+    adaptive: AdaptiveRolloutConfig = setting(
+        help="AR3PO adaptive rollout and response reuse (generation.adaptive.*)",
+        factory=AdaptiveRolloutConfig,
+    )
 
     def check(self) -> None:
         check_positive("prompts_per_step", self.prompts_per_step)
@@ -129,6 +133,17 @@ class GenerationConfig:
         check_positive("top_k", self.top_k, zero_ok=True)
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p = {self.top_p!r}: must be in (0, 1]")
+        if self.adaptive.enabled:
+            if self.group_size % self.adaptive.stage_size:
+                raise ConfigError(
+                    f"adaptive.stage_size = {self.adaptive.stage_size}: must divide group_size = "
+                    f"{self.group_size} (the stages fill a group exactly)"
+                )
+            if self.dynamic_sampling:
+                raise ConfigError(
+                    "generation.adaptive.enabled and generation.dynamic_sampling: choose one "
+                    "(both decide how many completions a prompt gets)"
+                )
 
     @property
     def rollouts_per_step(self) -> int:

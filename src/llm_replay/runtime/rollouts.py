@@ -9,16 +9,21 @@ convention), charging seconds and counts to the `ComputeMeter` it is given.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.rollout import FINISH_REASONS, RolloutBatch
 from llm_replay.generation import Generator, SamplingParams
 from llm_replay.metrics import ComputeMeter
 from llm_replay.tasks import Problem, SafeScorer
 from llm_replay.tasks.reward_model import ModelScorer
+
+if TYPE_CHECKING:
+    from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
+
+STOP = FINISH_REASONS.index("stop")
 
 
 def prompt_indices(seed: int, num_prompts: int, start: int, count: int) -> np.ndarray:
@@ -59,13 +64,56 @@ class RolloutMaker:
         self.correct_threshold = correct_threshold
 
     def make(
-        self, indices: np.ndarray, first_group: int, meter: ComputeMeter
+        self,
+        indices: np.ndarray,
+        first_group: int,
+        meter: ComputeMeter,
+        adaptive: AdaptiveRollouts | None = None,
     ) -> tuple[RolloutBatch, dict[str, float]]:
-        """Rollouts for the prompts at `indices`; group ids are `first_group + position`."""
-        problems = [self.problems[i] for i in indices]
-        prompts = [self.prompts[i] for i in indices]
+        """Rollouts for the prompts at `indices`; group ids are `first_group + position`, rows
+        prompt-major. With `adaptive` (AR3PO) a prompt gets between one stage and a full group,
+        and an unsolved one may get an earlier correct completion."""
+        if adaptive is None:
+            everyone = np.arange(len(indices))
+            batch, entropies = self.sample(
+                indices, everyone, self.group_size, first_group, meter, new_prompts=True
+            )
+        else:
+            batch, entropies = adaptive.sample(self, indices, first_group, meter)
+        metrics = {
+            "reward/mean": float(batch.rewards.mean()),
+            "reward/correct_rate": float(batch.correct.mean()),
+            "reward/zero_variance_groups": float(batch.uninformative_groups()[1].mean()),
+            "reward/failures": float(self.scorer.counts.failures),
+            "generation/mean_length": float(batch.completion_lengths.mean()),
+            "generation/stop_rate": float(np.mean(batch.finish_reasons == STOP)),
+            "generation/entropy": float(entropies.mean()),
+        }
+        if adaptive is not None:
+            batch = adaptive.reuse(batch, indices, first_group, self)
+            metrics.update(adaptive.metrics())
+        batch = batch.with_advantages(
+            group_advantages(batch.rewards, batch.group_ids, self.advantage)
+        )
+        return batch, metrics
+
+    def sample(
+        self,
+        indices: np.ndarray,
+        positions: np.ndarray,
+        n: int,
+        first_group: int,
+        meter: ComputeMeter,
+        *,
+        new_prompts: bool,
+    ) -> tuple[RolloutBatch, np.ndarray]:
+        """`n` scored completions for each prompt at `positions` of `indices` (group id
+        `first_group + position`), without advantages, and the sampled tokens' entropies. The
+        meter is charged for what this generates; `new_prompts` counts the prompts too."""
+        problems = [self.problems[indices[p]] for p in positions]
+        prompts = [self.prompts[indices[p]] for p in positions]
         with meter.time("generation"):
-            out = self.generator.generate(prompts, self.group_size, self.sampling)
+            out = self.generator.generate(prompts, n, self.sampling)
         model_tokens = self.scorer.model_tokens
         with meter.time("scoring"):
             texts = self.tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
@@ -77,7 +125,6 @@ class RolloutMaker:
                 texts, [problems[i] for i in out.prompt_index], prompt_texts=prompt_texts
             )
         correct = rewards >= self.correct_threshold
-        groups = first_group + out.prompt_index
         batch = RolloutBatch.from_flat(
             prompt_ids=np.concatenate([np.asarray(prompts[i], np.int32) for i in out.prompt_index]),
             prompt_lengths=np.asarray([len(prompts[i]) for i in out.prompt_index], np.int32),
@@ -85,15 +132,14 @@ class RolloutMaker:
             completion_lengths=out.completion_lengths,
             behaviour_logprobs=out.behaviour_logprobs,
             rewards=rewards,
-            group_ids=groups,
+            group_ids=first_group + np.asarray(positions, np.int64)[out.prompt_index],
             policy_versions=np.full(len(out), out.policy_version, np.int64),
             correct=correct.astype(np.int8),
             finish_reasons=out.finish_reasons,
             reward_versions=np.full(len(out), self.scorer.version, np.int64),
         )
-        batch = batch.with_advantages(group_advantages(rewards, groups, self.advantage))
         meter.add(
-            prompts_generated=len(prompts),
+            prompts_generated=len(prompts) if new_prompts else 0,
             rollouts_generated=len(out),
             tokens_generated=int(out.completion_lengths.sum()),
             prompt_tokens=out.prompt_tokens,
@@ -101,14 +147,4 @@ class RolloutMaker:
             reward_calls=len(texts),
             reward_model_tokens=self.scorer.model_tokens - model_tokens,
         )
-        per_group = rewards.reshape(len(prompts), self.group_size)
-        metrics = {
-            "reward/mean": float(rewards.mean()),
-            "reward/correct_rate": float(correct.mean()),
-            "reward/zero_variance_groups": float((per_group.std(1) == 0).mean()),
-            "reward/failures": float(self.scorer.counts.failures),
-            "generation/mean_length": float(out.completion_lengths.mean()),
-            "generation/stop_rate": float(np.mean([f == "stop" for f in out.finish_reasons])),
-            "generation/entropy": float(out.entropies.mean()),
-        }
-        return batch, metrics
+        return batch, out.entropies

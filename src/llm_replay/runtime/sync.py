@@ -25,6 +25,7 @@ from llm_replay.config import Config
 from llm_replay.data.rollout import RolloutBatch
 from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter
+from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 from llm_replay.runtime.checkpoint import (
     check_state,
     load_training_checkpoint,
@@ -92,6 +93,8 @@ class SyncTrainer(RunLoop):
             if skip.enabled
             else None
         )
+        adaptive = config.generation.adaptive
+        self.adaptive = AdaptiveRollouts(adaptive) if adaptive.enabled else None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -168,7 +171,7 @@ class SyncTrainer(RunLoop):
 
     def _generate_groups(self) -> tuple[RolloutBatch, dict[str, float]]:
         indices = self._prompt_indices()
-        batch, metrics = self.maker.make(indices, self.next_group, self.meter)
+        batch, metrics = self.maker.make(indices, self.next_group, self.meter, self.adaptive)
         if self.reward_refresh is not None:
             row_prompts = indices[batch.group_ids - self.next_group]
             rows = [self.task.train[int(i)] for i in row_prompts]
@@ -212,6 +215,7 @@ class SyncTrainer(RunLoop):
             "generator_version": self.generator.policy_version,
             "reward_counts": vars(self.scorer.counts),
             **({} if self.skipper is None else {"prompt_skip": self.skipper.state()}),
+            **({} if self.adaptive is None else {"adaptive_rollouts": self.adaptive.state()}),
             **(
                 {} if self.reward_refresh is None else {"reward_model": self.reward_refresh.state()}
             ),
@@ -266,6 +270,12 @@ class SyncTrainer(RunLoop):
             if "prompt_skip" not in state:
                 raise ValueError("generation.skip is on, but the checkpoint has no skip state")
             self.skipper.load_state(state["prompt_skip"])
+        if self.adaptive is not None:
+            if "adaptive_rollouts" not in state:
+                raise ValueError(
+                    "generation.adaptive is on, but the checkpoint has no adaptive rollout state"
+                )
+            self.adaptive.load_state(state["adaptive_rollouts"])
         if self.reward_refresh is not None:
             if not isinstance(state.get("reward_model"), dict):
                 raise ValueError(

@@ -77,6 +77,11 @@ def trl_arguments(
         raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
     if g.skip.enabled:
         raise ConfigError("generation.skip.enabled: not with backend 'trl' (TRL picks the prompts)")
+    if g.adaptive.enabled:
+        raise ConfigError(
+            "generation.adaptive.enabled: not with backend 'trl' (TRL samples num_generations "
+            "completions for every prompt)"
+        )
     if config.task.reward == "model":
         raise ConfigError(
             "task.reward = 'model': backend 'trl' takes a reward model in ReplayGRPOTrainer's "
