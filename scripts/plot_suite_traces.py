@@ -1,5 +1,6 @@
-"""The suite's signal traces: the fresh rounds' entropy and the reused rows' covariance
-Cov(log π, A), per task, against the share of the budget spent, median over seeds.
+"""The suite's signal traces: the fresh rounds' entropy, the reused rows' covariance
+Cov(log π, A) and, for runs with AR3PO's adaptive rollouts, the completions generated per prompt,
+per task, against the share of the budget spent, median over seeds.
 
     python scripts/plot_suite_traces.py [--runs runs/experiment_suite] [--out PNG]
         [--methods on_policy,auto,auto_kl_cov]
@@ -24,7 +25,8 @@ import numpy as np
 from llm_replay.metrics import read_log
 
 TRACES = (("generation/entropy", "fresh entropy (nats/token)"),
-          ("signals/cov_replayed", "Cov(log π, A), reused rows"))  # fmt: skip
+          ("signals/cov_replayed", "Cov(log π, A), reused rows"),
+          ("adaptive/rollouts_per_prompt", "completions per prompt"))  # fmt: skip
 GRID = np.linspace(0.0, 1.0, 41)
 
 
@@ -52,11 +54,21 @@ def main() -> None:
     args = parser.parse_args()
     tasks = sorted(p.name for p in args.runs.iterdir() if (p / "full").is_dir())
     methods = args.methods.split(",")
+    traces = [
+        (key, label)
+        for key, label in TRACES
+        if any(
+            trace(run, key) is not None
+            for task in tasks
+            for method in methods
+            for run in (args.runs / task / "full" / method).glob("seed-*")
+        )
+    ]
     fig, axes = plt.subplots(
-        len(TRACES), len(tasks), figsize=(3.2 * len(tasks), 5.6), squeeze=False
+        len(traces), len(tasks), figsize=(3.2 * len(tasks), 2.8 * len(traces)), squeeze=False
     )
     for column, task in enumerate(tasks):
-        for row, (key, label) in enumerate(TRACES):
+        for row, (key, label) in enumerate(traces):
             ax = axes[row][column]
             for colour, method in enumerate(methods):
                 runs = sorted((args.runs / task / "full" / method).glob("seed-*"))
@@ -65,7 +77,7 @@ def main() -> None:
                     median = np.nanmedian(np.vstack(curves), axis=0)
                     ax.plot(GRID, median, color=f"C{colour}", label=f"{method} ({len(curves)})")
             ax.set_title(task if row == 0 else "", fontsize=9)
-            ax.set_xlabel("share of the μ = 5 budget" if row == len(TRACES) - 1 else "")
+            ax.set_xlabel("share of the μ = 5 budget" if row == len(traces) - 1 else "")
             if column == 0:
                 ax.set_ylabel(label, fontsize=8)
             ax.tick_params(labelsize=7)
