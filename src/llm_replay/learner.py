@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from llm_replay.algorithms.gradient_gate import HeadGate, HeadGradient
 from llm_replay.algorithms.losses import Loss, aggregate, build_loss, normalizer, policy_loss
 from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.buffer import Sample
@@ -47,6 +48,8 @@ class LearnerSettings:
     sum_norm_length: int | None = None
     control: TokenControl = field(default_factory=TokenControl)
     seed: int = 0
+    head_gate: float = 0.0
+    head_gate_warmup: int = 10
 
 
 LOGPROB_FLOOR = -1e4
@@ -112,6 +115,13 @@ class Learner:
         self.reference = reference
         if settings.kl_coef > 0 and reference is None:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.gate = HeadGate(settings.head_gate, settings.head_gate_warmup)
+        self.head_gradient = HeadGradient(model)
+        if self.gate.active and not self.head_gradient.available:
+            raise ValueError(
+                "algorithm.head_gate: the model has no output layer to watch "
+                "(get_output_embeddings() returned nothing)"
+            )
 
     def _micro_batches(self, sample: Sample) -> list[np.ndarray]:
         lengths = sample.attention_mask.sum(1)
@@ -175,8 +185,54 @@ class Learner:
         generator = None
         if s.control.mode == "clip_cov":  # a resumed run picks the tokens an unbroken one does
             generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.version)
-        policy_sum = 0.0
         tokens = float(full_mask.sum())
+        with self.head_gradient:
+            self._backward(chunks, proximal, denominator, tokens, totals, covariance, generator)
+            policy_sum = totals.pop("loss/policy_sum")
+        head_norm = self.head_gradient.norm()
+        admitted = head_norm is None or self.gate.admit(head_norm)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = torch.nn.utils.clip_grad_norm_(
+            params, s.grad_clip if s.grad_clip > 0 else float("inf")
+        )
+        with self.update_lock:  # readers of the weights never see a half-applied update
+            if admitted:
+                self.optimizer.step()
+            else:  # DGG: the surge is intercepted before it reaches the optimizer's moments
+                self.optimizer.zero_grad(set_to_none=True)
+            self.version += 1
+        totals.update(covariance.metrics())
+        totals["loss/policy"] = policy_sum
+        totals["loss/grad_norm"] = float(norm)
+        if head_norm is not None:
+            totals["loss/head_grad_norm"] = head_norm
+        if self.gate.active:
+            totals["loss/gated"] = float(not admitted)
+            totals["loss/head_reference"] = self.gate.reference
+        totals["train/rollouts"] = float(len(sample))
+        real = float(sample.attention_mask.sum())
+        totals["train/completion_tokens"] = tokens
+        totals["train/tokens"] = real
+        totals["train/forward_only_tokens"] = real * (
+            (proximal is not None) + (self.reference is not None and s.kl_coef > 0)
+        )
+        totals["train/padded_tokens"] = float(sum(c["input_ids"].numel() for c in chunks))
+        return totals
+
+    def _backward(
+        self,
+        chunks: list[dict[str, Any]],
+        proximal: list[Tensor] | None,
+        denominator: Any,
+        tokens: float,
+        totals: dict[str, float],
+        covariance: CovarianceSums,
+        generator: Any,
+    ) -> None:
+        """Every micro-batch's loss, backward; the parts' token-weighted means into `totals`
+        (the policy loss summed under `loss/policy_sum`)."""
+        s = self.settings
+        policy_sum = 0.0
         for i, c in enumerate(chunks):
             current = self._logprobs(self.model, c, entropy=s.entropy_coef > 0)
             logprobs, entropy = current.sampled, current.entropy
@@ -220,25 +276,7 @@ class Learner:
                     totals[key] = max(totals.get(key, value), value)
                 else:
                     totals[key] = totals.get(key, 0.0) + share * value
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        norm = torch.nn.utils.clip_grad_norm_(
-            params, s.grad_clip if s.grad_clip > 0 else float("inf")
-        )
-        with self.update_lock:  # readers of the weights never see a half-applied update
-            self.optimizer.step()
-            self.version += 1
-        totals.update(covariance.metrics())
-        totals["loss/policy"] = policy_sum
-        totals["loss/grad_norm"] = float(norm)
-        totals["train/rollouts"] = float(len(sample))
-        real = float(sample.attention_mask.sum())
-        totals["train/completion_tokens"] = tokens
-        totals["train/tokens"] = real
-        totals["train/forward_only_tokens"] = real * (
-            (proximal is not None) + (self.reference is not None and s.kl_coef > 0)
-        )
-        totals["train/padded_tokens"] = float(sum(c["input_ids"].numel() for c in chunks))
-        return totals
+        totals["loss/policy_sum"] = policy_sum
 
 
 def reused_rows(sample: Sample) -> np.ndarray:

@@ -117,6 +117,8 @@ def test_a_loss_takes_its_own_knobs_beside_it_and_refuses_another_losses() -> No
         "control_low": 1.0,
         "control_high": 5.0,
         "positive_weight": 1.0,
+        "head_gate": 0.0,
+        "head_gate_warmup": 10,
     }
     assert config_from_dict(config.to_dict()).algorithm == config.algorithm
     with pytest.raises(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from llm_replay.algorithms.gradient_gate import HeadGate
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
 from llm_replay.algorithms.token_control import TokenControl, TokenControlError
 from llm_replay.config import recipes
@@ -123,6 +124,12 @@ class AlgorithmConfig:
         "λ on control_rows' positive-advantage rows (W-REINFORCE, arXiv 2506.01347, uses 0.1): "
         "successes pull less, failures push with full weight",
     )
+    head_gate: float = setting(
+        0.0,
+        "DGG (arXiv 2605.19425): skip a step whose output-layer gradient norm exceeds this × "
+        "the running mean of admitted steps' norms; 0: off (sync runtime)",
+    )
+    head_gate_warmup: int = setting(10, "steps admitted before the gate may refuse one")
 
     def token_controls(self) -> TokenControl:
         return TokenControl(
@@ -144,6 +151,10 @@ class AlgorithmConfig:
             )
         check_positive("kl_coef", self.kl_coef, zero_ok=True)
         check_positive("entropy_coef", self.entropy_coef, zero_ok=True)
+        try:
+            HeadGate(self.head_gate, self.head_gate_warmup)
+        except ValueError as error:  # its message starts with the setting's own name
+            raise ConfigError(str(error)) from None
         try:
             self.token_controls()
         except TokenControlError as error:  # its message starts with the knob's own name
@@ -328,6 +339,11 @@ class Config:
                     raise ConfigError(
                         f"generation.{key} = true: not supported by runtime={self.runtime}"
                     )
+            if self.algorithm.head_gate:
+                raise ConfigError(
+                    f"algorithm.head_gate = {self.algorithm.head_gate!r}: not supported by "
+                    f"runtime={self.runtime} (its checkpoints do not carry the gate yet)"
+                )
             table_mode = async_mode(method, bool(self.replay.enabled_options())) == "table"
             if self.replay.init_from is not None and table_mode:
                 raise ConfigError(

@@ -63,6 +63,8 @@ STEP_KEYS = {  # short name: the learner's metric
     "entropy": "loss/entropy",
     "sampled_nll": "loss/sampled_nll",
     "grad_norm": "loss/grad_norm",
+    "head_grad_norm": "loss/head_grad_norm",
+    "gated": "loss/gated",
     "loss": "loss/policy",
     "cov_fresh": "loss/cov_fresh",
     "cov_replayed": "loss/cov_replayed",
@@ -76,6 +78,7 @@ LOGGED = (
     "log_ratio_m2",
     "stale_fraction",
     "grad_norm",
+    "head_grad_norm",
     "cov_fresh",
     "cov_replayed",
 )

@@ -124,6 +124,8 @@ def learner_settings(config: Config) -> LearnerSettings:
         sum_norm_length=g.max_new_tokens,
         control=a.token_controls(),
         seed=config.train.seed,
+        head_gate=a.head_gate,
+        head_gate_warmup=a.head_gate_warmup,
     )
 
 

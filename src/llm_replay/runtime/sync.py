@@ -216,6 +216,7 @@ class SyncTrainer(RunLoop):
             "reward_counts": vars(self.scorer.counts),
             **({} if self.skipper is None else {"prompt_skip": self.skipper.state()}),
             **({} if self.adaptive is None else {"adaptive_rollouts": self.adaptive.state()}),
+            **({"head_gate": self.learner.gate.state()} if self.learner.gate.active else {}),
             **(
                 {} if self.reward_refresh is None else {"reward_model": self.reward_refresh.state()}
             ),
@@ -276,6 +277,10 @@ class SyncTrainer(RunLoop):
                     "generation.adaptive is on, but the checkpoint has no adaptive rollout state"
                 )
             self.adaptive.load_state(state["adaptive_rollouts"])
+        if self.learner.gate.active:
+            if "head_gate" not in state:
+                raise ValueError("algorithm.head_gate is on, but the checkpoint has no gate state")
+            self.learner.gate.load_state(state["head_gate"])
         if self.reward_refresh is not None:
             if not isinstance(state.get("reward_model"), dict):
                 raise ValueError(

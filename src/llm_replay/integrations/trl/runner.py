@@ -73,6 +73,8 @@ def trl_arguments(
             f"algorithm.{field}: not with backend 'trl' (TRL computes its own loss); "
             "runtime sync, threaded and ray apply it"
         )
+    if a.head_gate:
+        raise ConfigError("algorithm.head_gate: not with backend 'trl' (TRL takes its own steps)")
     if g.dynamic_sampling:
         raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
     if g.skip.enabled:
