@@ -159,6 +159,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     part = parse_part(args.part)
     if is_suite(args.experiment):
         return _compare_suite(args, part)
+    if args.tasks is not None:
+        raise ConfigError(f"--tasks: {args.experiment} is not a suite (it has no tasks: mapping)")
     experiment = load_experiment(args.experiment, quick=args.quick, out=args.out)
     only = None if args.methods is None else [m for m in args.methods.split(",") if m]
     summary = run_experiment(experiment, progress=not args.quiet, part=part, only=only)
@@ -180,7 +182,8 @@ def _compare_suite(args: argparse.Namespace, part: tuple[int, int]) -> int:
 
     suite = load_suite(args.experiment, quick=args.quick, out=args.out)
     only = None if args.methods is None else [m for m in args.methods.split(",") if m]
-    run_suite(suite, progress=not args.quiet, part=part, only=only)
+    tasks = None if args.tasks is None else [t for t in args.tasks.split(",") if t]
+    run_suite(suite, progress=not args.quiet, part=part, only=only, tasks=tasks)
     return _report_suite(args, suite)
 
 
@@ -423,6 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "--methods",
                 metavar="A,B",
                 help="run only these methods' runs (e.g. one added to an experiment under way)",
+            )
+            cmd.add_argument(
+                "--tasks",
+                metavar="A,B",
+                help="a suite: run only these tasks' runs (--part splits what is left)",
             )
         cmd.set_defaults(func=func)
     fields = sub.add_parser("fields", help="list every config field with its default and help")

@@ -107,12 +107,18 @@ def run_suite(
     progress: bool = True,
     part: tuple[int, int] = (1, 1),
     only: Sequence[str] | None = None,
+    tasks: Sequence[str] | None = None,
 ) -> None:
-    """Run the suite's runs not yet done: every task's, split `part`-wise across all tasks."""
+    """Run the suite's runs not yet done: every task's (or those of `tasks`), split
+    `part`-wise across the tasks."""
+    unknown = sorted(set(tasks or ()) - set(suite.tasks))
+    if unknown:
+        raise ConfigError(f"tasks = {unknown}: not in the suite; choose from {list(suite.tasks)}")
     i, n = part
     planned: list[tuple[str, Method, int]] = [
         (task, method, seed)
         for task, experiment in suite.tasks.items()
+        if tasks is None or task in tasks
         for method, seed in planned_runs(experiment, only)
     ]
     share = planned[i - 1 :: n]
