@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from llm_replay.algorithms.gradient_gate import HeadGate, HeadGradient
+from llm_replay.algorithms.gradient_gate import HeadGradient
+from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.algorithms.losses import Loss, aggregate, build_loss, normalizer, policy_loss
 from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.buffer import Sample
@@ -116,7 +117,7 @@ class Learner:
         if settings.kl_coef > 0 and reference is None:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.gate = HeadGate(settings.head_gate, settings.head_gate_warmup)
-        self.head_gradient = HeadGradient(model)
+        self.head_gradient = HeadGradient(model if self.gate.active else None)
         if self.gate.active and not self.head_gradient.available:
             raise ValueError(
                 "algorithm.head_gate: the model has no output layer to watch "
@@ -190,6 +191,11 @@ class Learner:
             self._backward(chunks, proximal, denominator, tokens, totals, covariance, generator)
             policy_sum = totals.pop("loss/policy_sum")
         head_norm = self.head_gradient.norm()
+        if self.gate.active and head_norm is None:
+            raise RuntimeError(
+                "algorithm.head_gate: the output layer's forward hook saw no gradient (the model "
+                "computes its logits without calling get_output_embeddings() as a module)"
+            )
         admitted = head_norm is None or self.gate.admit(head_norm)
         params = [p for p in self.model.parameters() if p.grad is not None]
         norm = torch.nn.utils.clip_grad_norm_(

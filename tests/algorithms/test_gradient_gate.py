@@ -1,5 +1,6 @@
-"""DGG: the output layer's own gradient, the gate by hand, a refused step that leaves the weights
-and the optimizer alone, its settings, and a gated run that resumes exactly."""
+"""DGG: the output layer's own gradient, the gate by hand (spikes, lasting shifts, NaN, zero), a
+refused step that leaves the weights and the optimizer alone, its settings, and a gated run that
+resumes exactly."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from llm_replay.algorithms.gradient_gate import HeadGate, HeadGradient
+from llm_replay.algorithms.gradient_gate import HeadGradient
+from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.config import ConfigError
 from llm_replay.learner import Learner, LearnerSettings
 from llm_replay.models import load_policy
@@ -71,17 +73,31 @@ def test_with_tied_embeddings_it_leaves_out_the_input_embedding_use() -> None:
 
 def test_the_gate_by_hand() -> None:
     """ratio 2, warmup 2, decay 0.9: 1 and 3 are admitted (reference 1, then 1.2); 1.5 ≤ 2.4 is
-    admitted (reference 1.23); 10 > 2.46 is refused; 2 ≤ 2.46 is admitted."""
+    admitted (reference 1.23); 10 > 2.46 is refused and still enters the reference (2.107);
+    2 ≤ 4.214 is admitted. NaN is refused and 0 admitted, neither touching the reference."""
     gate = HeadGate(ratio=2.0, warmup=2)
     assert [gate.admit(n) for n in (1.0, 3.0, 1.5, 10.0, 2.0)] == [True, True, True, False, True]
-    assert gate.gated == 1 and gate.admitted == 4
-    assert gate.reference == pytest.approx(0.9 * 1.23 + 0.1 * 2.0)
-    assert not gate.admit(float("nan"))  # a NaN norm is a surge, not a pass
+    assert gate.gated == 1 and gate.seen == 5
+    assert gate.reference == pytest.approx(0.9 * (0.9 * 1.23 + 1.0) + 0.2)
+    reference = gate.reference
+    assert not gate.admit(float("nan")) and not gate.admit(float("inf")) and gate.gated == 3
+    assert gate.admit(0.0) and gate.reference == reference and gate.seen == 5
     off = HeadGate()
-    assert off.admit(1e9) and not off.active
+    assert off.admit(1e9) and off.admit(float("nan")) and not off.active
     for ratio, warmup, name in ((0.5, 1, "head_gate"), (2.0, 0, "head_gate_warmup")):
         with pytest.raises(ValueError, match=name):
             HeadGate(ratio, warmup)
+    with pytest.raises(ValueError, match="head gate state"):
+        gate.load_state({"reference": 1.0})
+
+
+def test_a_lasting_shift_is_absorbed_not_refused_for_ever() -> None:
+    """After twenty norms of 1, norms of 5 forever: refused while the mean climbs (1.4, 1.76,
+    2.08, 2.38, 2.64), admitted from the sixth on (5 ≤ 2 × 2.87)."""
+    gate = HeadGate(ratio=2.0, warmup=2)
+    for _ in range(20):
+        assert gate.admit(1.0)
+    assert [gate.admit(5.0) for _ in range(8)] == [False] * 5 + [True] * 3
 
 
 def test_a_refused_step_leaves_weights_and_optimizer_as_they_were() -> None:
@@ -110,6 +126,8 @@ def test_gate_settings_and_runtimes_are_checked(tmp_path: Path) -> None:
         tiny_config(None, tmp_path, "algorithm.head_gate=0.5")
     with pytest.raises(ConfigError, match=r"algorithm\.head_gate = 2\.0: not supported"):
         tiny_config(None, tmp_path, "algorithm.head_gate=2.0", "runtime=threaded")
+    with pytest.raises(ConfigError, match=r"algorithm\.head_gate: not with preference"):
+        tiny_config("dpo", tmp_path, "algorithm.head_gate=2.0")
 
 
 GATED = ("algorithm.head_gate=1.05", "algorithm.head_gate_warmup=2")
@@ -120,6 +138,7 @@ def test_a_gated_run_resumes_as_the_uninterrupted_one_runs(tmp_path: Path) -> No
     full = untimed_train_records(tmp_path / "full")
     assert untimed_train_records(tmp_path / "cut") == full
     assert any(float(r.get("loss/gated", 0.0)) > 0 for r in full)  # type: ignore[arg-type]
+    assert all("loss/head_grad_norm" in r for r in full)
     SyncTrainer(tiny_config("uniform", tmp_path / "plain", "train.iterations=2")).run()
-    plain = untimed_train_records(tmp_path / "plain")
-    assert "loss/head_grad_norm" in plain[-1] and "loss/gated" not in plain[-1]
+    plain = untimed_train_records(tmp_path / "plain")  # no gate, nothing measured: no cost
+    assert "loss/head_grad_norm" not in plain[-1] and "loss/gated" not in plain[-1]

@@ -148,6 +148,7 @@ def test_compare_and_report_a_suite(
     ]
     with pytest.raises(ConfigError, match=r"tasks = \['gcd'\]: not in the suite"):
         run_suite(load_suite(path), progress=False, tasks=["gcd"])
+    assert main(["compare", str(path), "--quiet", "--tasks", ","]) == 2  # names no task
     assert main(["compare", str(path), "--quiet", "--tasks", "chain_sum"]) == 0  # one task's rest
     assert (tmp_path / "out" / "chain_sum" / "full" / "on_policy" / "seed-0").is_dir()
     assert not (tmp_path / "out" / "spell_backward" / "full" / "on_policy").exists()

@@ -137,6 +137,7 @@ def test_an_unsolved_prompt_gets_its_latest_earlier_success_in_place_of_a_wrong_
     # grpo over [0,0,0,0,0,1]: mean 1/6, std sqrt(5)/6
     assert batch.advantages[5] == pytest.approx((5 / 6) / (np.sqrt(5) / 6), rel=1e-5)
     assert metrics["adaptive/reused"] == 1 and metrics["adaptive/reused_total"] == 1
+    assert adaptive.reused_rows.tolist() == [False] * 5 + [True]  # what the watchers leave out
     assert metrics["reward/mean"] == 0.0  # the round's rewards are what it generated
     assert meter.counts["rollouts_generated"] == 2 + 6
 
@@ -178,6 +179,9 @@ def test_adaptive_knobs_and_what_they_do_not_combine_with(tmp_path: Path) -> Non
         tiny_config(None, tmp_path, on, "runtime=threaded")
     with pytest.raises(ConfigError, match="not with preference"):
         tiny_config("dpo", tmp_path, on)
+    for method in ("rlep", "compute_optimal"):
+        with pytest.raises(ConfigError, match=f"not with replay.method = '{method}'"):
+            tiny_config(method, tmp_path, on)
 
 
 ADAPTIVE = ("generation.adaptive.enabled=true", "generation.adaptive.stage_size=2")

@@ -8,17 +8,13 @@ before it reaches the optimizer.
 
 `HeadGradient` measures the output layer's weight gradient from its use as the output layer
 alone: our tiny models tie it to the input embedding, whose `.grad` then mixes both uses, so a
-hook on the layer's forward collects (dL/dlogits)ᵀ·h over the micro-batches instead. `HeadGate`
-admits a step unless, after `warmup` admitted steps, its norm exceeds `ratio` × the exponential
-mean of the admitted steps' norms; a refused step leaves the weights and the optimizer's moments
-as they were. The learner logs `loss/head_grad_norm` on every step and, with the gate on,
-`loss/gated`.
+hook on the layer's forward collects (dL/dlogits)ᵀ·h over the micro-batches instead. It costs a
+vocabulary × hidden accumulator, so the learner only measures it with the gate on
+(`algorithm.head_gate`); the gate itself (`head_gate.HeadGate`) needs no torch.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,45 +58,3 @@ class HeadGradient:
 
     def norm(self) -> float | None:
         return None if self.total is None else float(self.total.norm())
-
-
-@dataclass
-class HeadGate:
-    """Admit a step unless its output-layer gradient norm surges (see the module docstring)."""
-
-    ratio: float = 0.0  # 0: every step is admitted
-    warmup: int = 10
-    decay: float = 0.9
-    reference: float = 0.0
-    admitted: int = 0
-    gated: int = 0
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.ratio) and (self.ratio == 0 or self.ratio > 1)):
-            raise ValueError(f"head_gate = {self.ratio!r}: must be 0 (off) or above 1")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"head_gate_warmup = {self.warmup!r}: must be an integer >= 1")
-
-    @property
-    def active(self) -> bool:
-        return self.ratio > 0
-
-    def admit(self, norm: float) -> bool:
-        if not self.active:
-            return True
-        if self.admitted >= self.warmup and not norm <= self.ratio * self.reference:
-            self.gated += 1
-            return False
-        self.reference = (
-            norm if self.admitted == 0 else self.decay * self.reference + (1 - self.decay) * norm
-        )
-        self.admitted += 1
-        return True
-
-    def state(self) -> dict[str, Any]:
-        return {"reference": self.reference, "admitted": self.admitted, "gated": self.gated}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.reference = float(state["reference"])
-        self.admitted = int(state["admitted"])
-        self.gated = int(state["gated"])

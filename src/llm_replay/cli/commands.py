@@ -183,6 +183,8 @@ def _compare_suite(args: argparse.Namespace, part: tuple[int, int]) -> int:
     suite = load_suite(args.experiment, quick=args.quick, out=args.out)
     only = None if args.methods is None else [m for m in args.methods.split(",") if m]
     tasks = None if args.tasks is None else [t for t in args.tasks.split(",") if t]
+    if tasks == []:
+        raise ConfigError(f"--tasks {args.tasks!r}: names no task")
     run_suite(suite, progress=not args.quiet, part=part, only=only, tasks=tasks)
     return _report_suite(args, suite)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from llm_replay.algorithms.gradient_gate import HeadGate
+from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
 from llm_replay.algorithms.token_control import TokenControl, TokenControlError
 from llm_replay.config import recipes
@@ -70,6 +70,12 @@ __all__ = [
     "load_config",
 ]
 
+
+ADAPTIVE_REFUSED = {  # methods that need every prompt's full group, and why
+    "rlep": "its pool keeps groups with min_correct successes, and stopping a prompt at its "
+    "first success rarely leaves two",
+    "compute_optimal": "it sizes its table and ratio on rounds of prompts_per_step × group_size",
+}
 
 CONTROL_FIELDS = {  # TokenControl's knob → its setting under algorithm:
     "mode": "token_control",
@@ -322,6 +328,12 @@ class Config:
         self._check_shards(self.replay.method_class)
         if self.preference.enabled:
             self._check_preference()
+        adaptive_refusal = ADAPTIVE_REFUSED.get(self.replay.method)
+        if self.generation.adaptive.enabled and adaptive_refusal:
+            raise ConfigError(
+                f"generation.adaptive.enabled: not with replay.method = {self.replay.method!r} "
+                f"({adaptive_refusal})"
+            )
         if self.runtime != "sync":
             method = self.replay.method_class
             refusal = method.async_refusal(self.replay.settings)
@@ -382,6 +394,11 @@ class Config:
             raise ConfigError(
                 "generation.adaptive.enabled: not with preference.enabled (pairs are made from "
                 "whole groups of generation.group_size)"
+            )
+        if self.algorithm.head_gate:
+            raise ConfigError(
+                "algorithm.head_gate: not with preference.enabled (the pair step takes its own "
+                "optimizer steps)"
             )
         if p.correction == "truncated_is" and (g.top_k or g.top_p < 1):
             raise ConfigError(

@@ -141,7 +141,7 @@ class GenerationConfig:
                 )
             if self.dynamic_sampling:
                 raise ConfigError(
-                    "generation.adaptive.enabled and generation.dynamic_sampling: choose one "
+                    "adaptive.enabled and dynamic_sampling: choose one "
                     "(both decide how many completions a prompt gets)"
                 )
 

@@ -23,8 +23,9 @@ reused this round) go into the log. State is JSON (the kept completions and the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -33,8 +34,26 @@ from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.data.rollout import FINISH_REASONS, RolloutBatch
 from llm_replay.metrics import ComputeMeter
 
-if TYPE_CHECKING:
-    from llm_replay.runtime.rollouts import RolloutMaker
+
+class StagedSampler(Protocol):
+    """What the stages need of `runtime.rollouts.RolloutMaker`."""
+
+    group_size: int
+    prompts: Sequence[Sequence[int]]
+
+    @property
+    def reward_version(self) -> int: ...
+
+    def sample(
+        self,
+        indices: npt.NDArray[np.int64],
+        positions: npt.NDArray[np.int64],
+        n: int,
+        first_group: int,
+        meter: ComputeMeter,
+        *,
+        new_prompts: bool,
+    ) -> tuple[RolloutBatch, npt.NDArray[np.float32]]: ...
 
 
 def prompt_key(prompt_ids: Any) -> str:
@@ -83,11 +102,12 @@ class AdaptiveRollouts:
         self.settings = settings
         self.kept: dict[str, KeptSuccess] = {}  # by prompt: a problem space can repeat prompts
         self.round: dict[str, float] = {}
+        self.reused_rows = np.zeros(0, dtype=bool)  # of the last batch `reuse` returned
         self.totals = {"prompts": 0, "rollouts": 0, "unsolved": 0, "reused": 0}
 
     def sample(
         self,
-        maker: RolloutMaker,
+        maker: StagedSampler,
         indices: npt.NDArray[np.int64],
         first_group: int,
         meter: ComputeMeter,
@@ -142,34 +162,31 @@ class AdaptiveRollouts:
         batch: RolloutBatch,
         indices: npt.NDArray[np.int64],
         first_group: int,
-        maker: RolloutMaker,
+        maker: StagedSampler,
     ) -> RolloutBatch:
         """`batch` with each unsolved prompt's last row replaced by its kept success, where one
-        was kept under the scorer's current reward version."""
-        reused = 0
-        if self.settings.reuse:
-            groups, uniform = batch.uninformative_groups()
-            drop: list[int] = []
-            add: list[RolloutBatch] = []
-            for group, same in zip(groups, uniform, strict=True):
-                if not same:
-                    continue
-                members = np.flatnonzero(batch.group_ids == group)
-                if batch.correct[members].any():
-                    continue
-                prompt = maker.prompts[int(indices[group - first_group])]
-                kept = self.kept.get(prompt_key(prompt))
-                if kept is None or kept.reward_version != maker.scorer.version:
-                    continue
-                drop.append(int(members[-1]))
-                add.append(self._row(kept, prompt, int(group)))
-            if add:
-                keep = np.setdiff1d(np.arange(len(batch)), np.asarray(drop))
-                batch = RolloutBatch.concat([batch.select(keep), *add])
-                batch = batch.select(np.argsort(batch.group_ids, kind="stable"))
-                reused = len(add)
-        self.round["adaptive/reused"] = float(reused)
-        self.totals["reused"] += reused
+        was kept under the scorer's current reward version. `reused_rows` marks the rows put in."""
+        self.reused_rows = np.zeros(len(batch), dtype=bool)
+        drop: list[int] = []
+        add: list[RolloutBatch] = []
+        for group in np.unique(batch.group_ids) if self.settings.reuse else ():
+            members = np.flatnonzero(batch.group_ids == group)
+            if batch.correct[members].any():
+                continue
+            prompt = maker.prompts[int(indices[group - first_group])]
+            kept = self.kept.get(prompt_key(prompt))
+            if kept is None or kept.reward_version != maker.reward_version:
+                continue
+            drop.append(int(members[-1]))
+            add.append(self._row(kept, prompt, int(group)))
+        if add:
+            keep = np.setdiff1d(np.arange(len(batch)), np.asarray(drop))
+            batch = RolloutBatch.concat([batch.select(keep), *add])
+            marks = np.concatenate([np.zeros(len(keep), bool), np.ones(len(add), bool)])
+            order = np.argsort(batch.group_ids, kind="stable")
+            batch, self.reused_rows = batch.select(order), marks[order]
+        self.round["adaptive/reused"] = float(len(add))
+        self.totals["reused"] += len(add)
         return batch
 
     @staticmethod

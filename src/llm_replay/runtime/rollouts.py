@@ -9,7 +9,7 @@ convention), charging seconds and counts to the `ComputeMeter` it is given.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,11 +17,9 @@ from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.data.rollout import FINISH_REASONS, RolloutBatch
 from llm_replay.generation import Generator, SamplingParams
 from llm_replay.metrics import ComputeMeter
+from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 from llm_replay.tasks import Problem, SafeScorer
 from llm_replay.tasks.reward_model import ModelScorer
-
-if TYPE_CHECKING:
-    from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 
 STOP = FINISH_REASONS.index("stop")
 
@@ -62,6 +60,11 @@ class RolloutMaker:
         self.group_size = group_size
         self.advantage = advantage
         self.correct_threshold = correct_threshold
+
+    @property
+    def reward_version(self) -> int:
+        """The scorer's version (a refreshed reward model is a new one)."""
+        return int(self.scorer.version)
 
     def make(
         self,

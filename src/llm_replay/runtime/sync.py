@@ -16,6 +16,7 @@ the weights is bumping the generator's policy version.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,7 @@ class SyncTrainer(RunLoop):
         assert self.base_state is not None
         self.model.load_state_dict(self.base_state)
         self.learner.optimizer = build_optimizer(self.config, self.model)
+        self.learner.gate = replace(self.learner.gate, reference=0.0, seen=0, gated=0)
         log.info(
             "RLEP: phase I done after %d iterations; restarting from the base model", self.iteration
         )
@@ -172,14 +174,17 @@ class SyncTrainer(RunLoop):
     def _generate_groups(self) -> tuple[RolloutBatch, dict[str, float]]:
         indices = self._prompt_indices()
         batch, metrics = self.maker.make(indices, self.next_group, self.meter, self.adaptive)
+        generated = batch  # what the watchers below see: not the rows response reuse put in
+        if self.adaptive is not None and self.adaptive.reused_rows.any():
+            generated = batch.select(np.flatnonzero(~self.adaptive.reused_rows))
         if self.reward_refresh is not None:
-            row_prompts = indices[batch.group_ids - self.next_group]
+            row_prompts = indices[generated.group_ids - self.next_group]
             rows = [self.task.train[int(i)] for i in row_prompts]
-            metrics.update(self.reward_refresh.observe(batch, rows))
+            metrics.update(self.reward_refresh.observe(generated, rows))
         groups = self.next_group + np.arange(len(indices))
         self.next_group += len(indices)
         if self.skipper is not None:
-            self.skipper.observe(indices, uninformative_groups(batch, groups))
+            self.skipper.observe(indices, uninformative_groups(generated, groups))
             metrics.update(self.skipper.metrics())
         return batch, metrics
 
