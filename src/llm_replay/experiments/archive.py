@@ -81,6 +81,12 @@ TRAIN_KEYS = (
     "stale_rewards/rescored",
     "stale_rewards/discount",
     "compute/reward_model_cost",
+    "adaptive/rollouts_per_prompt",
+    "adaptive/unsolved",
+    "adaptive/reused",
+    "adaptive/reused_total",
+    "loss/head_grad_norm",
+    "loss/gated",
 )
 
 
