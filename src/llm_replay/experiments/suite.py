@@ -333,6 +333,10 @@ def plot_suite(suite: Suite, summaries: dict[str, dict[str, Any]], out: Path) ->
     columns = min(3, len(tasks))
     rows = math.ceil(len(tasks) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.8 * rows), squeeze=False)
+    first = suite.tasks[tasks[0]]  # every task runs the same methods: one colour each, suite-wide
+    extends = {m.name: m.extends for m in first.methods if m.extends is not None}
+    styles = _styles([m.name for m in first.methods], first.baseline, extends)
+    legend: dict[str, Any] = {}
     for ax, task in zip(axes.flat, tasks, strict=False):
         experiment = suite.tasks[task]
         runs: dict[str, list[RunCurves]] = {}
@@ -340,17 +344,17 @@ def plot_suite(suite: Suite, summaries: dict[str, dict[str, Any]], out: Path) ->
             run_dir = experiment.run_dir(method.name, seed)
             if (run_dir / SUMMARY_FILE).is_file():
                 runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
-        extends = {m.name: m.extends for m in experiment.methods if m.extends is not None}
-        styles = _styles(list(runs), experiment.baseline, extends)
         _band(ax, runs, "accuracy", BASIS, scale=100.0, styles=styles)
+        for line in ax.get_lines():
+            legend.setdefault(str(line.get_label()), line)
         ax.set_title(task)
         ax.set_xlabel("compute, μ = 5 basis")
         ax.set_ylabel("held-out accuracy (%)")
     for ax in list(axes.flat)[len(tasks) :]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
     fig.suptitle(f"{suite.name}: accuracy against compute, every task")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 0.86, 1))
+    fig.legend(list(legend.values()), list(legend), loc="center right", fontsize=8)
     path = out / "suite_accuracy_vs_compute.png"
     fig.savefig(path)
     plt.close(fig)
