@@ -34,6 +34,12 @@ ROWS = (
         "**`auto`**: the same, annealed to on-policy between 10% and 60% of the run",
     ),
     (
+        "chain_sum, to on-policy's plateau",
+        "experiment_plateau/against_on_policy_2x",
+        "ar3po",
+        "on-policy with AR3PO's adaptive rollouts and response reuse (issue #38)",
+    ),
+    (
         "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
         "positive_2x",
