@@ -188,8 +188,9 @@ class Learner:
             generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.version)
         tokens = float(full_mask.sum())
         with self.head_gradient:
-            self._backward(chunks, proximal, denominator, tokens, totals, covariance, generator)
-            policy_sum = totals.pop("loss/policy_sum")
+            policy_sum = self._backward(
+                chunks, proximal, denominator, tokens, totals, covariance, generator
+            )
         head_norm = self.head_gradient.norm()
         if self.gate.active and head_norm is None:
             raise RuntimeError(
@@ -234,9 +235,9 @@ class Learner:
         totals: dict[str, float],
         covariance: CovarianceSums,
         generator: Any,
-    ) -> None:
-        """Every micro-batch's loss, backward; the parts' token-weighted means into `totals`
-        (the policy loss summed under `loss/policy_sum`)."""
+    ) -> float:
+        """Every micro-batch's loss, backward; the parts' token-weighted means into `totals`.
+        Returns the policy loss summed over the micro-batches."""
         s = self.settings
         policy_sum = 0.0
         for i, c in enumerate(chunks):
@@ -282,7 +283,7 @@ class Learner:
                     totals[key] = max(totals.get(key, value), value)
                 else:
                     totals[key] = totals.get(key, 0.0) + share * value
-        totals["loss/policy_sum"] = policy_sum
+        return policy_sum
 
 
 def reused_rows(sample: Sample) -> np.ndarray:
