@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.markup import escape
+from rich.table import Table
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.checkpoint import MANIFEST
 from llm_replay.buffer.durable import is_durable_dir
 from llm_replay.buffer.stats import HISTOGRAM_BINS
 from llm_replay.data.rollout import ANNOTATORS
+from llm_replay.terminal import console
 
 
 def sharded_table_dirs(path: Path) -> list[Path]:
@@ -154,3 +157,67 @@ def plot_table(table: ReplayTable, out: Path) -> list[Path]:
     plt.close(fig)
     paths.append(path)
     return paths
+
+
+def print_table_report(path: Path, r: dict[str, Any]) -> None:
+    """`describe_table`'s report on the terminal: one table of figures, then the decoded rows."""
+
+    def dist(d: dict[str, float] | None) -> str:
+        if d is None:
+            return "—"
+        return (
+            f"mean {d['mean']:.3g}, median {d['median']:.3g}, p10–p90 {d['p10']:.3g}–{d['p90']:.3g}"
+            f", range {d['min']:.3g}–{d['max']:.3g}"
+        )
+
+    table = Table(title=f"{path}: table {r['name']!r} ({r['sampler']['name']} sampler)")
+    table.add_column("what")
+    table.add_column("value", overflow="fold")
+    table.add_row("rollouts", f"{r['size']} of {r['max_rollouts']}")
+    table.add_row("tokens", f"{r['num_tokens']} (limit {r['max_tokens'] or 'none'})")
+    table.add_row(
+        "bytes",
+        f"{r['nbytes']} held, {r['payload_nbytes']} payload ({r['stored_nbytes']} stored: "
+        "shared prompts once)",
+    )
+    table.add_row("policy version", str(r["policy_version"]))
+    table.add_row("age histogram (0, 1, …)", " ".join(map(str, trim_histogram(r["age_histogram"]))))
+    table.add_row(
+        "reuse histogram (0, 1, …)", " ".join(map(str, trim_histogram(r["reuse_histogram"])))
+    )
+    table.add_row("rewards", dist(r["rewards"]))
+    versions = r["reward_versions"]
+    if set(versions) - {"0"}:
+        table.add_row("reward model versions", ", ".join(f"v{v}: {n}" for v, n in versions.items()))
+    table.add_row("advantages", dist(r["advantages"]))
+    pairs = r.get("preference_pairs")
+    if pairs:
+        who = ", ".join(f"{name} {n}" for name, n in pairs["by_annotator"].items())
+        table.add_row(
+            "preference pairs",
+            f"{pairs['pairs']} ({who}); annotation cost {pairs['annotation_cost']:g}",
+        )
+    share = r["correct_share"]
+    table.add_row("correct", "unknown" if share is None else f"{100 * share:.1f}%")
+    table.add_row("inserted / sampled", f"{r['inserts']} / {r['samples']} rollouts")
+    table.add_row("evictions", ", ".join(f"{k} {v}" for k, v in r["evictions"].items() if v) or "—")
+    console.print(table)
+    for row in r["rows"]:
+        text = (
+            f"{row['prompt']!r} → {row['completion']!r}"
+            if "prompt" in row
+            else f"{row['prompt_ids']} → {row['completion_ids']}"
+        )
+        scorer = f" (reward model v{row['reward_version']})" if row["reward_version"] else ""
+        if row.get("annotator"):
+            scorer += f" ({'chosen' if row['reward'] > 0 else 'rejected'}, by {row['annotator']})"
+        console.print(
+            f"key {row['key']} v{row['policy_version']} reward {row['reward']:.3g}{scorer} "
+            f"A {row['advantage']:.3g} sampled {row['times_sampled']}×: {escape(text)}",
+            highlight=False,
+        )
+
+
+def trim_histogram(histogram: list[int]) -> list[int]:
+    last = max((i for i, v in enumerate(histogram) if v), default=0)
+    return histogram[: last + 1]

@@ -219,13 +219,24 @@ class SyncTrainer(RunLoop):
             "learner_version": self.learner.version,
             "generator_version": self.generator.policy_version,
             "reward_counts": vars(self.scorer.counts),
-            **({} if self.skipper is None else {"prompt_skip": self.skipper.state()}),
-            **({} if self.adaptive is None else {"adaptive_rollouts": self.adaptive.state()}),
-            **({"head_gate": self.learner.gate.state()} if self.learner.gate.active else {}),
+            **{key: part.state() for key, _, part in self._optional_parts()},
             **(
                 {} if self.reward_refresh is None else {"reward_model": self.reward_refresh.state()}
             ),
         }
+
+    def _optional_parts(self) -> list[tuple[str, str, Any]]:
+        """(checkpoint key, setting, part) of the stateful parts a setting turns on."""
+        parts = (
+            ("prompt_skip", "generation.skip", self.skipper),
+            ("adaptive_rollouts", "generation.adaptive", self.adaptive),
+            (
+                "head_gate",
+                "algorithm.head_gate",
+                self.learner.gate if self.learner.gate.active else None,
+            ),
+        )
+        return [(key, setting, part) for key, setting, part in parts if part is not None]
 
     def save_checkpoint(self) -> Path:
         return write_checkpoint(
@@ -272,20 +283,10 @@ class SyncTrainer(RunLoop):
         self.generator.policy_version = int(state["generator_version"])
         for key, value in state["reward_counts"].items():
             setattr(self.scorer.counts, key, int(value))
-        if self.skipper is not None:
-            if "prompt_skip" not in state:
-                raise ValueError("generation.skip is on, but the checkpoint has no skip state")
-            self.skipper.load_state(state["prompt_skip"])
-        if self.adaptive is not None:
-            if "adaptive_rollouts" not in state:
-                raise ValueError(
-                    "generation.adaptive is on, but the checkpoint has no adaptive rollout state"
-                )
-            self.adaptive.load_state(state["adaptive_rollouts"])
-        if self.learner.gate.active:
-            if "head_gate" not in state:
-                raise ValueError("algorithm.head_gate is on, but the checkpoint has no gate state")
-            self.learner.gate.load_state(state["head_gate"])
+        for key, setting, part in self._optional_parts():
+            if key not in state:
+                raise ValueError(f"{setting} is on, but the checkpoint has no {key} state")
+            part.load_state(state[key])
         if self.reward_refresh is not None:
             if not isinstance(state.get("reward_model"), dict):
                 raise ValueError(
