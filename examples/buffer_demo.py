@@ -20,7 +20,7 @@ from rich.table import Table
 
 from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import ReplayTable
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.prioritized import FreshAnchored
 
 PROMPTS, GROUP, STEPS, BATCH = 32, 8, 40, 256

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llm_replay.config import Config, load_config
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = [

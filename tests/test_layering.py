@@ -14,6 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "llm_replay"
 BELOW_BUFFER = {
     "llm_replay.data",
+    "llm_replay.data.batch",
     "llm_replay.data.rollout",
     "llm_replay.data.validation",
     "llm_replay",

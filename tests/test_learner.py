@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.learner import Learner, LearnerSettings
 from llm_replay.models import load_policy
 

@@ -12,7 +12,7 @@ import pytest
 from llm_replay.buffer import Prioritized, ReplayTable
 from llm_replay.cli import main
 from llm_replay.config import load_config
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.models import build_char_tokenizer, encode_prompts
 from llm_replay.rescore import rescore_table
 from llm_replay.tasks import build_task

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 
 from llm_replay.buffer import ReplayTable
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 
 def numbered_batch(i: int) -> RolloutBatch:

@@ -16,7 +16,7 @@ from llm_replay.buffer.kernels import (
     set_gather_backend,
     set_gather_threads,
 )
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from tests.conftest import make_batch
 
 numba = pytest.importorskip("numba")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llm_replay.buffer import ReplayTable, layout
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from tests.conftest import make_batch
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.log_records import HEAD, decode_fields, encode_record
-from llm_replay.data.rollout import ANNOTATORS, InvalidRolloutError, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS, InvalidRolloutError
 from tests.conftest import make_batch
 
 REFERENCE = [-1.5, -2.0, -0.25, -3.0]

@@ -14,7 +14,8 @@ import pytest
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.log_records import HEAD, decode_fields, encode_record
-from llm_replay.data.rollout import InvalidRolloutError, Rollout, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import InvalidRolloutError, Rollout
 from tests.conftest import make_batch
 
 

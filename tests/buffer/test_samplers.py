@@ -21,7 +21,7 @@ from llm_replay.buffer import (
     make_sampler,
 )
 from llm_replay.buffer.sum_tree import SumTree
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from tests.conftest import make_batch
 
 DRAWS = 120_000

@@ -23,7 +23,8 @@ from llm_replay.buffer import (
     SampleToInsertRatio,
     Uniform,
 )
-from llm_replay.data.rollout import InvalidRolloutError, Rollout, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import InvalidRolloutError, Rollout
 from tests.conftest import make_batch
 
 TABLES = {

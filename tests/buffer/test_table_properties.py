@@ -26,7 +26,8 @@ from llm_replay.buffer import (
     Uniform,
 )
 from llm_replay.buffer.prompt_index import PromptIndex, prompt_key
-from llm_replay.data.rollout import InvalidRolloutError, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import InvalidRolloutError
 from tests.conftest import make_batch
 
 SAMPLERS = {

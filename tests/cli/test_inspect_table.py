@@ -13,7 +13,7 @@ import pytest
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.durable import LOG
 from llm_replay.cli import main
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.models import build_char_tokenizer
 
 

@@ -37,6 +37,19 @@ def test_defaults_and_overrides() -> None:
     assert isinstance(Config().generation.rollouts_per_step, int)
 
 
+def test_off_on_yes_no_are_words_not_booleans(tmp_path: Path) -> None:
+    """YAML 1.2's booleans: a choice spelled `off` stays the choice, in a file and in --set."""
+    assert load_config("auto_kl_cov", ["algorithm.token_control=off"]).algorithm.token_control == (
+        "off"
+    )
+    written = tmp_path / "run.yaml"
+    written.write_text("extends: auto_kl_cov\nalgorithm:\n  token_control: off\n")
+    assert load_config(str(written)).algorithm.token_control == "off"
+    with pytest.raises(ConfigError, match=r"algorithm\.token_control = 'no': choose one of"):
+        load_config(None, ["algorithm.token_control=no"])
+    assert load_config(None, ["generation.dynamic_sampling=true"]).generation.dynamic_sampling
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -3,7 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llm_replay.data.rollout import Group, InvalidRolloutError, Rollout, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import Group, InvalidRolloutError, Rollout
 
 
 def rollout(**overrides: object) -> Rollout:

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from llm_replay.data.rollout import InvalidRolloutError, Rollout, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import InvalidRolloutError, Rollout
 from tests.conftest import make_batch
 
 COLUMNS = [f.name for f in dataclasses.fields(RolloutBatch) if f.name != "allow_empty"]
@@ -162,7 +163,7 @@ def test_numpy_rows_take_the_fast_path_and_match_the_checked_one(
 ) -> None:
     """Rows given as numpy arrays of one dtype skip the per-row checks; the batch must be the
     same as from plain lists, and bad values are still named by row and position."""
-    from llm_replay.data.rollout import RolloutBatch
+    from llm_replay.data.batch import RolloutBatch
     from llm_replay.data.validation import _numpy_rows
 
     rng = np.random.default_rng(0)

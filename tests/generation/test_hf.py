@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.generation import HFGenerator, SamplingParams
 from llm_replay.learner import LOGPROB_FLOOR, Learner, LearnerSettings, token_logprobs
 from llm_replay.models import encode_prompts, load_policy

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llm_replay.buffer import PositiveRetention, Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import METHODS, OPTIONS, MethodConfigError, MethodContext, ReplayPipeline
 from llm_replay.methods.anneal import AnnealConfig, gain_and_error, reward_gain
 

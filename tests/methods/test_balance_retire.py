@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import METHODS, MethodConfigError, MethodContext, ReplayPipeline
 from llm_replay.methods.balance import BalanceConfig, masses, positive_scale
 from llm_replay.methods.retire import RetireConfig

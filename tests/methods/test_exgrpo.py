@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import METHODS, MethodConfigError, MethodContext
 from llm_replay.methods.exgrpo import (
     ExGRPO,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import METHODS, MethodContext, RunSignals, TableReplay
 from llm_replay.methods.pipeline import ReplayPipeline
 from llm_replay.methods.signals import RoundStats, prompt_key

@@ -11,7 +11,7 @@ import pytest
 
 from llm_replay.buffer import Sample
 from llm_replay.config import ConfigError
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import MethodContext, ReplayPipeline, method_class
 from llm_replay.methods.registry import OPTIONS
 from llm_replay.methods.stale_rewards import StaleRewardsConfig

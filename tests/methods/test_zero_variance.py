@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llm_replay.config import ConfigError, load_config
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import MethodContext
 from llm_replay.methods.zero_variance import ZeroVarianceConfig, ZeroVarianceReplacement
 from tests.conftest import make_batch

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_replay.data.rollout import ANNOTATORS, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS
 from llm_replay.preference.replay import PairReplay
 from tests.conftest import make_batch
 

@@ -11,7 +11,7 @@ import pytest
 
 from llm_replay.config import ConfigError
 from llm_replay.config.prompts import PromptSkipConfig
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.metrics import read_log
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.prompt_skip import PromptSkipper, uninformative_groups

@@ -135,7 +135,7 @@ def scatter_rows(
     if kernels is not None:
         kernels.scatter(block, shares, p_len, c_len, prompt_ids, completion_ids, logprob_bits)
         return
-    from llm_replay.data.rollout import concat_ranges
+    from llm_replay.data.batch import concat_ranges
 
     seg_p = exclusive_cumsum(stored_units(shares, p_len, c_len))
     seg_c = seg_p + np.where(shares, 0, p_len)

@@ -59,7 +59,7 @@ def shares_previous_prompt(group_ids: I64, prompt_len: I64, prompt_ids: npt.Arra
     candidates = np.flatnonzero((group_ids[1:] == group_ids[:-1]) & (p[1:] == p[:-1])) + 1
     if not len(candidates):
         return shares
-    from llm_replay.data.rollout import concat_ranges
+    from llm_replay.data.batch import concat_ranges
 
     lengths = p[candidates]
     here = concat_ranges(exclusive_cumsum(p)[candidates], lengths)

@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer.checkpoint import CheckpointError
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 MAGIC = b"LRJ2"
 END = b"LRJE"

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer.storage import RolloutStorage
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 I64 = npt.NDArray[np.int64]
 

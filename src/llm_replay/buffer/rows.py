@@ -21,7 +21,7 @@ from llm_replay.buffer.gather import PinnedRows
 from llm_replay.buffer.prompt_index import PromptIndex, prompt_key
 from llm_replay.buffer.sample import Sample
 from llm_replay.buffer.storage import RolloutStorage
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 I64 = npt.NDArray[np.int64]
 Found = npt.NDArray[np.bool_]

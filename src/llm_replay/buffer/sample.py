@@ -14,7 +14,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.data.rollout import Rollout, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import Rollout
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]

@@ -32,7 +32,7 @@ import numpy.typing as npt
 
 from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.buffer.sum_tree import SumTree
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]

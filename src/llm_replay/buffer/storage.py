@@ -32,7 +32,7 @@ from llm_replay.buffer import layout, storage_state
 from llm_replay.buffer.arena import MemoryArena, guard_for
 from llm_replay.buffer.gather import PinnedRows, scatter_rows
 from llm_replay.buffer.storage_state import COLUMNS
-from llm_replay.data.rollout import RolloutBatch, concat_ranges
+from llm_replay.data.batch import RolloutBatch, concat_ranges
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]

@@ -53,7 +53,8 @@ from llm_replay.buffer.stats import TableCounters, TableStats
 from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.buffer.table_state import restore_table, table_arguments, table_state, table_stats
 from llm_replay.buffer.updates import TableUpdates
-from llm_replay.data.rollout import Group, Rollout, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import Group, Rollout
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from llm_replay.config.parse import ConfigError, merged, yaml_error
+from llm_replay.config.parse import ConfigError, load_yaml, merged, yaml_error
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 MAX_EXTENDS_DEPTH = 32
@@ -100,7 +100,7 @@ def read_mapping(path: Path, what: str = "config") -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: no such {what} file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml(path.read_text(encoding="utf-8")) or {}
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not UTF-8 text (byte {error.start})") from None
     except yaml.YAMLError as error:

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping
@@ -26,6 +27,27 @@ from llm_replay.methods import MethodConfigError
 
 class ConfigError(ValueError):
     """A configuration value is missing, unknown, of the wrong type or out of range."""
+
+
+class _YAML12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's booleans: only true/false. Under YAML 1.1, `off`,
+    `on`, `yes`, `no` (and `y`, `n`) become booleans, so `token_control: off` would arrive as
+    False instead of the choice 'off'."""
+
+
+_BOOL = "tag:yaml.org,2002:bool"
+_YAML12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YAML12Loader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML with no code execution (safe) and YAML 1.2's booleans (`_YAML12Loader`)."""
+    return yaml.load(text, Loader=_YAML12Loader)
 
 
 def setting(
@@ -166,7 +188,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise ConfigError(f"--set {text!r}: empty key")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError as error:
         problem = getattr(error, "problem", None) or str(error)
         raise ConfigError(

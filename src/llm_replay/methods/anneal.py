@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
     MethodContext,

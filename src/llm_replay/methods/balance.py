@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
     MethodContext,

@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 import numpy as np
 
 from llm_replay.buffer import ReplayTable, Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.signals import RunSignals
 from llm_replay.methods.table_spec import TableSpec
 

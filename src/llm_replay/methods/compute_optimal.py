@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
     MethodConfigError,

@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from llm_replay.buffer import Sample
 from llm_replay.buffer.prompt_index import batch_prompt_keys
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
     MethodConfigError,

@@ -32,7 +32,7 @@ from typing import Any
 
 from llm_replay.buffer import Sample
 from llm_replay.buffer.checkpoint import atomic_directory
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import MethodConfig, MethodContext, OptionConfig
 from llm_replay.methods.pipeline import ReplayPipeline
 from llm_replay.methods.registry import OPTIONS, method_class

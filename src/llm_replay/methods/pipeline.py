@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_replay.buffer import ReplayTable, Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     AsyncMode,
     MethodConfig,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from llm_replay.buffer import ReplayTable, Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
     MethodContext,

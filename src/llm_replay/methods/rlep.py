@@ -18,7 +18,7 @@ import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import ReplayTable, Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfig,
     MethodContext,

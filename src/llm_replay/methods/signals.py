@@ -51,7 +51,7 @@ import numpy as np
 
 from llm_replay.buffer import Sample
 from llm_replay.buffer.prompt_index import prompt_key
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 HALF_LIFE = 10.0
 STEP_KEYS = {  # short name: the learner's metric

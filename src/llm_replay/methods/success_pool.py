@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from llm_replay.buffer import ReplayTable, Uniform
 from llm_replay.buffer.prompt_index import prompt_key
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 __all__ = ["SuccessPool", "prompt_key"]
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import Groups, ReplayTable
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     TABLE_DIR,
     MethodContext,

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.data.rollout import ANNOTATORS, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS
 from llm_replay.models import encode_prompts
 from llm_replay.preference.pairs import ReferenceScorer
 

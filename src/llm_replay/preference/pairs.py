@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import ANNOTATORS, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS
 from llm_replay.learner import token_logprobs
 from llm_replay.metrics import ComputeMeter
 from llm_replay.preference.annotators import SafeAnnotator

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from llm_replay.buffer import ReplayTable, Sample
-from llm_replay.data.rollout import ANNOTATORS, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS
 
 INDEX_FILE = "pair_index.npz"
 STATE_FILE = "pair_replay.json"

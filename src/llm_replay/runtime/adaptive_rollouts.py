@@ -31,7 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.config.prompts import AdaptiveRolloutConfig
-from llm_replay.data.rollout import FINISH_REASONS, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import FINISH_REASONS
 from llm_replay.metrics import ComputeMeter
 
 

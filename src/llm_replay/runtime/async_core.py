@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.buffer.rate_limit import RateLimiterTimeout
 from llm_replay.config import Config
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.learner import Learner, sample_metrics
 from llm_replay.methods.host import ReplayHost
 from llm_replay.metrics import ComputeMeter, RoleClock

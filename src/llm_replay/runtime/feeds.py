@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol
 from llm_replay.buffer import ReplayTable, Sample, SampleToInsertRatio
 from llm_replay.buffer.rate_limit import RateLimiter
 from llm_replay.config import Config
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import AsyncMode
 from llm_replay.methods.host import ReplayHost
 from llm_replay.methods.pipeline import async_mode

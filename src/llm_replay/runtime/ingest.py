@@ -27,7 +27,7 @@ import numpy as np
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.rate_limit import RateLimiterTimeout
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import TABLE_DIR
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.rollouts import RolloutMaker, prompt_indices

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.config.prompts import PromptSkipConfig
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 I64 = npt.NDArray[np.int64]
 

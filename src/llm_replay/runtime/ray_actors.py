@@ -23,7 +23,7 @@ import torch
 
 from llm_replay.buffer import MinSize, ReplayTable, Sample, TableStats
 from llm_replay.config import config_from_dict
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.runtime.async_core import AsyncLearner, limiter_metrics
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
 from llm_replay.runtime.components import Policy, build_learner_parts, table_spec

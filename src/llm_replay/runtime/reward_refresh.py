@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.config.reward_model import RewardModelConfig
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.metrics import ComputeMeter
 from llm_replay.tasks import Problem, SafeScorer
 from llm_replay.tasks.reward_model import ModelScorer, RewardModel, decode_rows

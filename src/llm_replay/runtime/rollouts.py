@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
-from llm_replay.data.rollout import FINISH_REASONS, RolloutBatch
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import FINISH_REASONS
 from llm_replay.generation import Generator, SamplingParams
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts

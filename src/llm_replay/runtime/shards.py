@@ -47,7 +47,7 @@ from llm_replay.buffer import Sample
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.buffer.stats import TableStats, merge_stats
 from llm_replay.config import Config, config_from_dict
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.runtime.feeds import ratio_limiter
 
 SHARD_DIR = "shard-{index}"

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.config import Config
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.learner import sample_metrics
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts

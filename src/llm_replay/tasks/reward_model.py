@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.models.loading import (
     ModelLoadError,
     cannot_load,

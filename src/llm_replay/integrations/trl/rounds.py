@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from llm_replay.buffer import Sample
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 ROUND_KEYS = (
     "prompt_ids",

@@ -47,7 +47,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from llm_replay.buffer import Sample
 from llm_replay.config.parse import ConfigError
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
 from llm_replay.integrations.verl.observer import observe_updates, step_statistics, trainer_of
 from llm_replay.integrations.verl.settings import (

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from llm_replay.algorithms.advantages import group_advantages
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 ContentKey = tuple[int, bytes]
 ROWS_FILE = "trajectories.json"
