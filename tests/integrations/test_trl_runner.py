@@ -81,8 +81,6 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
             trl_arguments(load_config("positive", [override]), tmp_path)
     with pytest.raises(ConfigError, match=r"generation\.skip\.enabled: not with backend 'trl'"):
         trl_arguments(load_config("positive_fixed_set"), tmp_path)
-    with pytest.raises(ConfigError, match=r"generation\.adaptive\.enabled: not with backend 'trl'"):
-        trl_arguments(load_config("ar3po"), tmp_path)
     with pytest.raises(ConfigError, match=r"algorithm\.head_gate: not with backend 'trl'"):
         trl_arguments(load_config("auto_kl_cov_dgg", ["algorithm.token_control=off"]), tmp_path)
     anneal = trl_arguments(load_config("positive_anneal"), tmp_path)

@@ -13,7 +13,7 @@ when a rollout is generated, not when it is reused"), so they live with the roll
 1e-6, the standardisation the GRPO paper writes. TRL divides by the sample one (n − 1) plus 1e-4,
 so with 8 completions its advantages are 0.935× ours; under Adam a constant scale only changes the
 ε term. We keep ours, and rows trained through the TRL integration keep the advantages TRL
-computed at generation.
+computed at generation (except with adaptive rollouts, whose groups are assembled from stages).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ class ConfigError(ValueError):
     """A configuration value is missing, unknown, of the wrong type or out of range."""
 
 
-class _YAML12Loader(yaml.SafeLoader):
+class _YAML12Loader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML's safe loader with YAML 1.2's booleans: only true/false. Under YAML 1.1, `off`,
     `on`, `yes`, `no` (and `y`, `n`) become booleans, so `token_control: off` would arrive as
     False instead of the choice 'off'."""

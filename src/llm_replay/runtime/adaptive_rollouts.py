@@ -40,7 +40,9 @@ class StagedSampler(Protocol):
     """What the stages need of `runtime.rollouts.RolloutMaker`."""
 
     group_size: int
-    prompts: Sequence[Sequence[int]]
+
+    @property
+    def prompts(self) -> Sequence[Sequence[int]]: ...
 
     @property
     def reward_version(self) -> int: ...

@@ -15,8 +15,9 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from llm_replay.config import ReplayConfig
-from llm_replay.config.parse import ConfigError
+from llm_replay.config import ADAPTIVE_REFUSED, ReplayConfig
+from llm_replay.config.parse import ConfigError, build
+from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.config.recipes import RECIPES
 from llm_replay.methods import METHODS
 
@@ -62,6 +63,14 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         default=False,
         metadata={"help": "scale each drawn row's advantage by its sampler importance weight"},
     )
+    replay_adaptive: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "AR3PO's adaptive rollouts, e.g. {'enabled': true, 'stage_size': 2, 'reuse': "
+            "true} (a JSON string on the command line): stage_size completions per prompt, more "
+            "only for prompts with no correct one yet, up to num_generations; one process only"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -90,6 +99,44 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
                 f"num_iterations = {self.num_iterations}: the replay method schedules reuse; "
                 "set replay_knobs.replay_ratio instead"
             )
+        self.adaptive = self.adaptive_config()
+
+    def adaptive_config(self) -> AdaptiveRolloutConfig:
+        """`replay_adaptive` checked as `generation.adaptive` is in a run config, and against the
+        TRL fields it meets: the stages fill num_generations exactly, the advantage is per group."""
+        value = self.replay_adaptive
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"replay_adaptive: not valid JSON ({error})") from None
+        if value is None:
+            value = {}
+        if not isinstance(value, dict):
+            raise ValueError(f"replay_adaptive = {value!r}: expected a mapping of setting to value")
+        try:
+            adaptive: AdaptiveRolloutConfig = build(AdaptiveRolloutConfig, value, "replay_adaptive")
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+        if not adaptive.enabled:
+            return adaptive
+        if self.num_generations % adaptive.stage_size:
+            raise ValueError(
+                f"replay_adaptive.stage_size = {adaptive.stage_size}: must divide num_generations "
+                f"= {self.num_generations} (the stages fill a group exactly)"
+            )
+        if self.scale_rewards == "batch":
+            raise ValueError(
+                "scale_rewards = 'batch': replay_adaptive computes each group's advantage over "
+                "the group as it ends up; use 'group' or 'none'"
+            )
+        refusal = ADAPTIVE_REFUSED.get(self.replay_method)
+        if refusal is not None:
+            raise ValueError(
+                f"replay_adaptive.enabled: not with replay_method = {self.replay_method!r} "
+                f"({refusal})"
+            )
+        return adaptive
 
     def replay_config(self) -> ReplayConfig:
         """The method and its knobs, validated by the registry."""

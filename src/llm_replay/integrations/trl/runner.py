@@ -21,6 +21,7 @@ round. What maps where:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -57,7 +58,9 @@ def trl_arguments(
         )
     epsilon, epsilon_high = loss.clip_epsilons() if loss.default_clip else (0.2, 0.2)
     knobs = loss.settings
-    loss_knobs = {"replay_delta_v": knobs.delta_v} if isinstance(knobs, AsymREConfig) else {}
+    loss_knobs: dict[str, Any] = (
+        {"replay_delta_v": knobs.delta_v} if isinstance(knobs, AsymREConfig) else {}
+    )
     if a.advantage not in ADVANTAGES:
         raise ConfigError(
             f"algorithm.advantage = {a.advantage!r}: backend 'trl' supports {sorted(ADVANTAGES)}"
@@ -79,11 +82,6 @@ def trl_arguments(
         raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
     if g.skip.enabled:
         raise ConfigError("generation.skip.enabled: not with backend 'trl' (TRL picks the prompts)")
-    if g.adaptive.enabled:
-        raise ConfigError(
-            "generation.adaptive.enabled: not with backend 'trl' (TRL samples num_generations "
-            "completions for every prompt)"
-        )
     if config.task.reward == "model":
         raise ConfigError(
             "task.reward = 'model': backend 'trl' takes a reward model in ReplayGRPOTrainer's "
@@ -131,6 +129,7 @@ def trl_arguments(
         **loss_knobs,
         replay_sampling_weights=a.use_sampling_weights,
         replay_correct_threshold=correct_threshold,
+        replay_adaptive=dataclasses.asdict(g.adaptive),
     )
 
 

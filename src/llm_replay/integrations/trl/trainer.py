@@ -33,7 +33,10 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
+from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.data.batch import RolloutBatch
+from llm_replay.integrations.trl.adaptive import TRLStages, one_input_per_prompt, shuffled
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
 from llm_replay.integrations.trl.rounds import (
     behaviour_logprobs,
@@ -46,6 +49,7 @@ from llm_replay.integrations.trl.rounds import (
 )
 from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.metrics import ComputeMeter
+from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 
 STATE_DIR = "llm_replay"
 STATE_FILE = "replay_state.json"
@@ -56,6 +60,8 @@ BUFFER_METRICS = frozenset(
 
 class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     """`trl.GRPOTrainer` whose trained batches come from an llm-replay method (module docstring)."""
+
+    num_generations: int  # TRL's; a stage of adaptive rollouts sets it for its call
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -90,6 +96,15 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if a.replay.init_from is not None:  # replay_knobs: {"init_from": DIR}
             self.pipeline.preload(ReplayTable.read(a.replay.init_from))
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
+        self.adaptive: AdaptiveRollouts | None = None
+        if a.adaptive.enabled:
+            if self.accelerator.num_processes > 1:
+                raise ValueError(
+                    f"replay_adaptive.enabled: one process only ({self.accelerator.num_processes} "
+                    "here): each stage's size depends on what the last one solved, so processes "
+                    "would disagree on the sizes of TRL's collectives"
+                )
+            self.adaptive = AdaptiveRollouts(a.adaptive)
         self.last_round_reward = float("nan")
         self.rounds = 0
         self._round: Iterator[Sample] | None = None
@@ -170,6 +185,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             "meter": self.meter.state_dict(),
             "reward_version": self.reward_version,
         }
+        if self.adaptive is not None:
+            state["adaptive"] = self.adaptive.state()
         self.host.save(target, state, state_file=STATE_FILE)
 
     def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
@@ -186,6 +203,13 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self.rounds = int(state["rounds"])
         self.meter.load_state_dict(state["meter"])
         self.reward_version = int(state.get("reward_version", 0))
+        if self.adaptive is not None:
+            if "adaptive" not in state:
+                raise ValueError(
+                    f"{directory}: the checkpoint has no adaptive rollout state (it was written "
+                    "without replay_adaptive)"
+                )
+            self.adaptive.load_state(state["adaptive"])
         self._round = None
 
     # ------------------------------------------------------------------ rounds and micro-batches
@@ -195,9 +219,13 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         where every row is trained once before the weights move (TRL's own shortcut)."""
         if self.args.replay_loss == "asymre":  # no ratio: the behaviour is never read
             return False
+        if self.adaptive is not None and self.adaptive.settings.reuse:
+            return True  # a reused completion was sampled by older weights
         return not (self.pipeline.method.consumes_rollouts and not self.pipeline.options)
 
     def _fresh_round(self, generation_batch: Any) -> Any:
+        if self.adaptive is not None:
+            return self._adaptive_round(generation_batch)
         start = time.perf_counter()
         out = self._generate_and_score_completions(generation_batch)
         if self._rewards is None:
@@ -238,6 +266,54 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             reward_calls=total,
         )
         return fresh
+
+    def _adaptive_round(self, generation_batch: Any) -> RolloutBatch:
+        """AR3PO's round (`integrations.trl.adaptive`): stages through TRL's generate-and-score,
+        reuse, then each group's advantage over the group as it ends up."""
+        assert self.adaptive is not None
+        start = time.perf_counter()
+        group_size = self.num_generations
+        inputs = one_input_per_prompt(generation_batch, group_size)
+        stages = TRLStages(inputs, group_size, self._stage, self.reward_version)
+        indices = np.arange(len(inputs), dtype=np.int64)
+        first_group = self.rounds * (self.args.generation_batch_size // group_size)
+        batch, _ = self.adaptive.sample(stages, indices, first_group, self.meter)
+        batch = self.adaptive.reuse(batch, indices, first_group, stages)
+        advantage = self.args.advantage_estimator
+        fresh = shuffled(
+            batch.with_advantages(group_advantages(batch.rewards, batch.group_ids, advantage))
+        )
+        self.rounds += 1
+        generated = ~self.adaptive.reused_rows
+        self.last_round_reward = float(batch.rewards[generated].mean())
+        seconds = time.perf_counter() - start
+        self._generation_seconds += seconds
+        self.meter.add_seconds("generation", seconds)
+        return fresh
+
+    def _stage(self, rows: list[Any], n: int, group_ids: np.ndarray) -> RolloutBatch:
+        """One stage: TRL generates and scores `rows` (each prompt `n` times in a row) as groups
+        of `n`; its advantages are dropped (the round computes them)."""
+        saved = self.num_generations
+        self.num_generations = n  # TRL groups rewards (and asks vLLM for n) by this
+        try:
+            out = self._generate_and_score_completions(rows)
+        finally:
+            self.num_generations = saved
+        if self._rewards is None:
+            raise RuntimeError("TRL returned completions without calling _calculate_rewards")
+        behaviour = behaviour_logprobs(out)
+        if behaviour is None:  # never read (see _needs_behaviour)
+            behaviour = torch.zeros_like(out["completion_ids"], dtype=torch.float32)
+        groups = torch.as_tensor(group_ids, device=out["completion_ids"].device)
+        local = local_round(out, self._rewards, groups, behaviour)
+        return to_rollouts(
+            local,
+            policy_version=self.state.global_step,
+            correct_threshold=self.args.replay_correct_threshold,
+            eos_token_ids=self.eos_token_ids,
+            reward_version=self.reward_version,
+        )
 
     def _micro_batch(self, sample: Sample) -> dict[str, Any]:
         a = self.args
@@ -290,6 +366,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             if not k.startswith("buffer/") or k in BUFFER_METRICS
         }
         c = self.meter.counts
+        if self.adaptive is not None:
+            out.update({f"replay/{k}": v for k, v in self.adaptive.metrics().items()})
         out["replay/rounds"] = float(self.rounds)
         out["replay/tokens_generated"] = float(c["tokens_generated"])
         out["replay/tokens_trained"] = float(c["completion_tokens_trained"])
