@@ -39,6 +39,11 @@ from llm_replay.experiments.experiment_file import (
     read_experiment_file,
     with_baseline,
 )
+from llm_replay.experiments.noise_floor import (
+    noise_floor_markdown,
+    suite_noise_floor,
+    task_noise_floor,
+)
 from llm_replay.runtime.layout import SUMMARY_FILE
 from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
 
@@ -46,6 +51,9 @@ TASK_KEYS = {"budget", "eval_every", "set", "seeds"}
 BASIS = "mu_5"
 PASS_KEY = "pass@8"
 MIN_GAIN_POINTS = 2.0
+NOISE_FLOOR_SEEDS = 3
+"""The baseline runs a noise-floor split reads as the baseline (the suite's rows have three
+seeds); the others are read as a method. Needs at least one more finished baseline run."""
 """A task on which the baseline gains less than this (final over starting accuracy, held-out,
 points) is a no-gain task: there is no saving to measure, so its compute ratio is left out of
 the median and the worst ratio, and it is read for harm only (worst margin, final accuracy)."""
@@ -145,11 +153,35 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     starts = {task: _start(suite.tasks[task]) for task in summaries}
     reading = suite_summary(summaries, suite.baseline, starts)
     reading["waiting_tasks"] = waiting
+    floor = _noise_floor(suite, reading)
+    if floor is not None:
+        reading["noise_floor"] = floor
     out = suite.out if dest_name is None else suite.out / dest_name
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite_summary.json").write_text(json.dumps(reading, indent=1) + "\n")
     reading["plots"] = [str(p) for p in plot_suite(suite, summaries, out)]
     return reading
+
+
+def _noise_floor(suite: Suite, reading: dict[str, Any]) -> dict[str, Any] | None:
+    """The baseline read against itself (`noise_floor`) on every task where it has at least
+    NOISE_FLOOR_SEEDS + 1 finished runs; None when no task has."""
+    from llm_replay.experiments.analysis import RunCurves
+
+    tasks: dict[str, dict[str, Any]] = {}
+    for task in reading["tasks"]:
+        experiment = suite.tasks[task]
+        dirs = [
+            experiment.run_dir(suite.baseline, seed)
+            for seed in experiment.seeds_of(experiment.method(suite.baseline))
+        ]
+        runs = [RunCurves.load(d) for d in dirs if (d / SUMMARY_FILE).is_file()]
+        if len(runs) > NOISE_FLOOR_SEEDS:
+            tasks[task] = task_noise_floor(runs, task_reading, NOISE_FLOOR_SEEDS)
+    if not tasks:
+        return None
+    gains = {t for t in tasks if not reading["tasks"][t]["no_gain"]}
+    return suite_noise_floor(tasks, gain_tasks=gains)
 
 
 def _start(experiment: Experiment) -> float | None:
@@ -253,8 +285,8 @@ def _kept(value: Any, reference: Any) -> bool | None:
     if isinstance(reference, dict):
         interval = reference.get("ci95")
         low = interval[0] if interval is not None else reference.get("median")
-    if median is None or low is None:
-        return None
+    if median is None or low is None or not (math.isfinite(median) and math.isfinite(low)):
+        return None  # not measured (a run without eval/entropy logs NaN)
     return bool(median >= low)
 
 
@@ -303,6 +335,8 @@ def suite_markdown(reading: dict[str, Any]) -> str:
                 f"{_num(r['entropy'])}{' (below)' if r['entropy_kept'] is False else ''} | "
                 f"{_num(r['pass'])}{' (below)' if r['pass_kept'] is False else ''} |"
             )
+    if reading.get("noise_floor"):
+        lines += ["", noise_floor_markdown(reading["noise_floor"])]
     return "\n".join(lines)
 
 
