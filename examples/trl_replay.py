@@ -4,6 +4,7 @@ biased replay with AsymRE, annealed to on-policy between 10% and 60% of max_step
     python examples/trl_replay.py                  # 60 optimizer steps, ~1 minute on 2 CPU cores
     python examples/trl_replay.py --steps 4        # a shorter run (the test suite's)
     python examples/trl_replay.py --method uniform --knobs '{"replay_ratio": 4}'
+    python examples/trl_replay.py --method on_policy --adaptive   # AR3PO's adaptive rollouts
 
 Everything TRL-specific is TRL's own: the dataset with a "prompt" column, a reward function over
 decoded completions, GRPOConfig fields. llm-replay adds the two `replay_*` fields (and, for AsymRE,
@@ -25,6 +26,9 @@ parser = argparse.ArgumentParser(description="replay inside TRL's GRPOTrainer")
 parser.add_argument("--steps", type=int, default=60, help="optimizer steps (default 60)")
 parser.add_argument("--method", default="auto", help="a recipe or method (`llm-replay methods`)")
 parser.add_argument("--knobs", default="{}", help="the method's knobs, JSON")
+parser.add_argument(
+    "--adaptive", action="store_true", help="AR3PO: 2 completions a stage, more only if unsolved"
+)
 options = parser.parse_args()
 
 task = ReasoningGymTask(
@@ -63,6 +67,7 @@ args = ReplayGRPOConfig(
     replay_method=options.method,
     replay_knobs=json.loads(options.knobs),
     replay_loss="asymre" if asymre else "trl",
+    replay_adaptive={"enabled": True, "stage_size": 2, "reuse": True} if options.adaptive else None,
 )
 trainer = ReplayGRPOTrainer(
     model=model, reward_funcs=verified, args=args, train_dataset=dataset, processing_class=tokenizer
@@ -76,3 +81,6 @@ print(
     f"{trainer.rounds} generation rounds, {counts['rollouts_generated']} rollouts generated, "
     f"{counts['rollouts_trained']} trained, buffer {trainer.pipeline.method.table.size}"
 )
+if trainer.adaptive is not None:
+    per_prompt = counts["rollouts_generated"] / max(1, counts["prompts_generated"])
+    print(f"{per_prompt:.1f} completions generated per prompt of 8 (adaptive rollouts)")

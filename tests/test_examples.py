@@ -47,6 +47,12 @@ def test_trl_replay_example_runs() -> None:
     assert "3 generation rounds, 768 rollouts generated, 1024 trained, buffer 768" in stdout
 
 
+def test_trl_replay_example_runs_adaptive_rollouts() -> None:
+    stdout = _run_example("trl_replay.py", "--steps", "2", "--method", "on_policy", "--adaptive")
+    found = re.search(r"(\d\.\d) completions generated per prompt of 8", stdout)
+    assert found and 2.0 <= float(found.group(1)) < 8.0  # at ~20% accuracy some prompts stop early
+
+
 def test_verl_example_data_is_verls_schema_and_the_model_reads_raw_text(tmp_path: Path) -> None:
     """examples/verl/prepare.py: parquet as verl's RLHFDataset reads it, and the model copy's chat
     template gives back the prompt as the model was trained on it."""
