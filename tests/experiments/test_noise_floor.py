@@ -57,7 +57,28 @@ def test_across_tasks_some_task_fails_with_the_tasks_independent(tmp_path: Path)
     assert floor["any_task_fails"]["below_band"] == pytest.approx(1 - 0.75 * 0.75)
     assert floor["any_task_fails"]["ratio_above_1"] == pytest.approx(0.25)  # "twice": no gain
     text = noise_floor_markdown(floor)
-    assert "| weak | 4 (3) | 4 | 25% | 25% |" in text and "below band 44%" in text
+    assert "| weak | self | 4 | 25% | 25% | 0% | 0% | 1.00–1.00× (1 never) |" in text
+    assert "| self | 25% | 44% | 0% | 0% |" in text  # the ratio test skips "twice" (no gain)
+
+
+def test_a_method_is_read_over_the_same_splits_with_its_own_seeds(tmp_path: Path) -> None:
+    base = dict(enumerate(runs(tmp_path / "base", [A, A, A, B])))
+    same = dict(enumerate(runs(tmp_path / "same", [A, A, A, A])))
+    weaker = dict(enumerate(runs(tmp_path / "weaker", [B, B, B, B])))
+    partial = dict(enumerate(runs(tmp_path / "partial", [A, A, A])))  # no seed 3
+    floor = task_noise_floor(
+        base, task_reading, methods={"same": same, "weaker": weaker, "partial": partial}
+    )
+    assert floor["methods"]["same"]["fails"]["below_band"] == 0.0
+    assert floor["methods"]["same"]["fails"]["ratio_above_1"] == 0.0
+    # B on seeds 0-2 never reaches their A targets: the median seed never does, in every split;
+    # below A's band only where B's own seed-3 run is not in it
+    weak = floor["methods"]["weaker"]
+    assert weak["fails"]["ratio_above_1"] == 1.0 and weak["fails"]["below_band"] == 0.25
+    assert floor["methods"]["partial"]["splits"] == 1  # only the split of seeds 0, 1, 2
+    suite = suite_noise_floor({"t": floor}, gain_tasks={"t"})
+    assert suite["methods_any_task_fails"]["weaker"]["ratio_above_1"] == 1.0
+    assert "| t | weaker | 4 | 100% | 25% |" in noise_floor_markdown(suite)
 
 
 def test_too_few_runs_to_split_is_refused(tmp_path: Path) -> None:

@@ -166,6 +166,21 @@ def test_compare_and_report_a_suite(
     assert (tmp_path / "out" / "against_uniform" / "suite_summary.json").is_file()
 
 
+def test_a_report_reads_the_baseline_against_itself_with_four_seeds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = write_suite(tmp_path, "  chain_sum:")
+    path.write_text(path.read_text().replace("seeds: [0]", "seeds: [0, 1, 2, 3]"))
+    assert main(["compare", str(path), "--quiet"]) == 0
+    floor = json.loads((tmp_path / "out" / "suite_summary.json").read_text())["noise_floor"]
+    chain = floor["tasks"]["chain_sum"]
+    assert (chain["runs"], chain["splits"], chain["methods"]["uniform"]["splits"]) == (4, 4, 4)
+    assert set(floor["methods_any_task_fails"]) == {"uniform"}
+    printed = capsys.readouterr().out
+    assert "| chain_sum | self | 4 |" in printed and "| chain_sum | uniform | 4 |" in printed
+
+
 def test_every_built_in_task_ships_the_model_built_from_its_own_spec() -> None:
     assets = ROOT / "src" / "llm_replay" / "assets"
     for name, spec in BUILTIN_TASKS.items():

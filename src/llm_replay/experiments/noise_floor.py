@@ -13,6 +13,10 @@ and `task_reading` a real method does. Seeds are relabelled so each `self` run i
 baseline run of another seed (a different prompt order and sampling stream: exactly the noise).
 Reported per task: the splits, and the share of them in which `self` fails each test; across
 tasks, the chance that at least one task fails a test, taking tasks as independent.
+
+A method is read over the same splits: its runs of the split's three seeds against those three
+baseline runs, the band the same as `self` meets. A method whose share of failing splits is no
+higher than `self`'s fails the tests no more often than on-policy's own seeds do.
 """
 
 from __future__ import annotations
@@ -39,21 +43,41 @@ def self_readings(
 ) -> list[dict[str, Any]]:
     """One reading of `self` against the baseline per split of `runs` (see the module docstring):
     `read(method_summary, baseline_summary)` is the suite's `task_reading`."""
-    n, k = len(runs), baseline_seeds
+    return split_readings(dict(enumerate(runs)), read, baseline_seeds)
+
+
+def split_readings(
+    base: dict[int, RunCurves],
+    read: Reader,
+    baseline_seeds: int = 3,
+    method: dict[int, RunCurves] | None = None,
+) -> list[dict[str, Any]]:
+    """Per split of the baseline's runs (keyed by seed) into `baseline_seeds` read as the
+    baseline: the reading of the other baseline runs (`method` None), or of `method`'s runs of
+    the split's own seeds, each paired with the baseline run of its seed. Both are read against
+    the same three-run band, so a method's share of failing splits compares with the baseline's
+    own."""
+    n, k = len(base), baseline_seeds
     if k < 2 or n <= k:
         raise ValueError(
             f"{n} runs: a split needs {k} baseline runs (k >= 2) and at least one more"
         )
+    seeds = sorted(base)
     readings = []
-    for chosen in itertools.combinations(range(n), k):
-        rest = [i for i in range(n) if i not in chosen]
-        base = [relabelled(runs[i], j) for j, i in enumerate(chosen)]
-        other = [relabelled(runs[i], j) for j, i in enumerate(rest)]
+    for chosen in itertools.combinations(seeds, k):
+        if method is None:
+            picked = [base[s] for s in seeds if s not in chosen]
+        elif all(s in method for s in chosen):
+            picked = [method[s] for s in chosen]
+        else:
+            continue
+        baseline = [relabelled(base[s], j) for j, s in enumerate(chosen)]
+        other = [relabelled(run, j) for j, run in enumerate(picked)]
         summary = compare_methods(
-            {"baseline": base, "self": other}, baseline="baseline", bases=[BASIS]
+            {"baseline": baseline, "self": other}, baseline="baseline", bases=[BASIS]
         )
         reading = read(summary["methods"]["self"], summary["methods"]["baseline"])
-        reading["baseline_runs"] = [runs[i].seed for i in chosen]
+        reading["baseline_runs"] = list(chosen)
         readings.append(reading)
     return readings
 
@@ -73,16 +97,11 @@ def failure_shares(readings: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def task_noise_floor(
-    runs: Sequence[RunCurves], read: Reader, baseline_seeds: int = 3
-) -> dict[str, Any]:
-    """The splits' readings of one task, summarised."""
-    readings = self_readings(runs, read, baseline_seeds)
+def summarised(readings: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Splits, the share failing each test, and the sorted ratios and worst margins."""
     ratios = sorted(math.inf if r["ratio"] is None else float(r["ratio"]) for r in readings)
     margins = sorted(float(r["worst_margin"]) for r in readings if r["worst_margin"] is not None)
     return {
-        "runs": len(runs),
-        "baseline_seeds": baseline_seeds,
         "splits": len(readings),
         "fails": failure_shares(readings),
         "ratios": ratios,
@@ -90,45 +109,92 @@ def task_noise_floor(
     }
 
 
+def task_noise_floor(
+    runs: Sequence[RunCurves] | dict[int, RunCurves],
+    read: Reader,
+    baseline_seeds: int = 3,
+    methods: dict[str, dict[int, RunCurves]] | None = None,
+) -> dict[str, Any]:
+    """The baseline against itself on one task, and each of `methods` (runs keyed by seed) read
+    over the same splits."""
+    base = runs if isinstance(runs, dict) else dict(enumerate(runs))
+    out = {
+        "runs": len(base),
+        "baseline_seeds": baseline_seeds,
+        **summarised(split_readings(base, read, baseline_seeds)),
+        "methods": {},
+    }
+    for name, method_runs in (methods or {}).items():
+        readings = split_readings(base, read, baseline_seeds, method_runs)
+        if readings:
+            out["methods"][name] = summarised(readings)
+    return out
+
+
+TESTS = ("ratio_above_1", "below_band", "entropy_not_kept", "pass_not_kept")
+
+
+def any_task_fails(shares: dict[str, dict[str, float]], gain_tasks: set[str]) -> dict[str, float]:
+    """From each task's failure shares, the chance that at least one task fails each test, tasks
+    taken as independent; the ratio test only over the tasks the baseline gains on."""
+    out: dict[str, float] = {}
+    for test in TESTS:
+        names = [t for t in shares if test != "ratio_above_1" or t in gain_tasks]
+        out[test] = 1.0 - math.prod(1.0 - shares[t][test] for t in names)
+    return out
+
+
 def suite_noise_floor(tasks: dict[str, dict[str, Any]], *, gain_tasks: set[str]) -> dict[str, Any]:
-    """Across tasks: the chance that at least one task fails each test (tasks independent); the
-    ratio test only over the tasks the baseline gains on, as in the suite's reading."""
-    across: dict[str, float] = {}
-    for test in ("ratio_above_1", "below_band", "entropy_not_kept", "pass_not_kept"):
-        names = [t for t in tasks if test != "ratio_above_1" or t in gain_tasks]
-        passes = math.prod(1.0 - tasks[t]["fails"][test] for t in names)
-        across[test] = 1.0 - passes
-    return {"tasks": tasks, "any_task_fails": across}
+    """Across tasks, for the baseline against itself and for every method read on every task's
+    splits: the chance that some task fails each test."""
+    methods = sorted({m for t in tasks.values() for m in t.get("methods", {})})
+    everywhere = [m for m in methods if all(m in t.get("methods", {}) for t in tasks.values())]
+    return {
+        "tasks": tasks,
+        "any_task_fails": any_task_fails({t: v["fails"] for t, v in tasks.items()}, gain_tasks),
+        "methods_any_task_fails": {
+            m: any_task_fails({t: v["methods"][m]["fails"] for t, v in tasks.items()}, gain_tasks)
+            for m in everywhere
+        },
+    }
 
 
 def noise_floor_markdown(floor: dict[str, Any]) -> str:
-    """The noise floor as Markdown: per task, then the chance some task fails."""
+    """The noise floor as Markdown: per task, the baseline against itself (`self`) and every
+    method over the same splits; then the chance that some task fails each test."""
     lines = [
-        "The baseline against itself: every split of its runs into "
-        "baseline and `self`, read as a method is read.",
+        "Every split of the baseline's runs into three read as the baseline: `self` is the rest "
+        "of its runs, a method its runs of the split's seeds. Share of splits failing each test:",
         "",
-        "| task | runs (baseline) | splits | ratio > 1.0× | below band | entropy below | "
-        "pass@8 below | ratios (min–max) | worst margins (min–max) |",
+        "| task | read | splits | ratio > 1.0× | below band | entropy below | pass@8 below | "
+        "ratios (min–max) | worst margins (min–max) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for task, t in floor["tasks"].items():
-        f = t["fails"]
-        ratios = [r for r in t["ratios"] if math.isfinite(r)]
-        span = f"{min(ratios):.2f}–{max(ratios):.2f}×" if ratios else "—"
-        never = len(t["ratios"]) - len(ratios)
-        span += f" ({never} never)" if never else ""
-        m = t["worst_margins"]
-        margins = f"{m[0]:+.1f} to {m[-1]:+.1f}" if m else "—"
-        lines.append(
-            f"| {task} | {t['runs']} ({t['baseline_seeds']}) | {t['splits']} | "
-            f"{f['ratio_above_1']:.0%} | {f['below_band']:.0%} | {f['entropy_not_kept']:.0%} | "
-            f"{f['pass_not_kept']:.0%} | {span} | {margins} |"
-        )
-    a = floor["any_task_fails"]
+        for name, entry in [("self", t), *t.get("methods", {}).items()]:
+            lines.append(f"| {task} | {name} | {_row(entry)} |")
     lines += [
         "",
-        f"Chance that some task fails (tasks independent): ratio > 1.0× {a['ratio_above_1']:.0%}, "
-        f"below band {a['below_band']:.0%}, entropy {a['entropy_not_kept']:.0%}, "
-        f"pass@8 {a['pass_not_kept']:.0%}.",
+        "Chance that some task fails each test (tasks taken as independent):",
+        "",
+        "| read | ratio > 1.0× | below band | entropy below | pass@8 below |",
+        "|---|---|---|---|---|",
     ]
+    chances = {"self": floor["any_task_fails"], **floor.get("methods_any_task_fails", {})}
+    for name, a in chances.items():
+        lines.append(f"| {name} | " + " | ".join(f"{a[test]:.0%}" for test in TESTS) + " |")
     return "\n".join(lines)
+
+
+def _row(entry: dict[str, Any]) -> str:
+    f = entry["fails"]
+    ratios = [r for r in entry["ratios"] if math.isfinite(r)]
+    span = f"{min(ratios):.2f}–{max(ratios):.2f}×" if ratios else "—"
+    never = len(entry["ratios"]) - len(ratios)
+    span += f" ({never} never)" if never else ""
+    m = entry["worst_margins"]
+    margins = f"{m[0]:+.1f} to {m[-1]:+.1f}" if m else "—"
+    return (
+        f"{entry['splits']} | {f['ratio_above_1']:.0%} | {f['below_band']:.0%} | "
+        f"{f['entropy_not_kept']:.0%} | {f['pass_not_kept']:.0%} | {span} | {margins}"
+    )

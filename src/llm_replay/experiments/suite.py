@@ -164,20 +164,23 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
 
 
 def _noise_floor(suite: Suite, reading: dict[str, Any]) -> dict[str, Any] | None:
-    """The baseline read against itself (`noise_floor`) on every task where it has at least
-    NOISE_FLOOR_SEEDS + 1 finished runs; None when no task has."""
+    """The baseline read against itself (`noise_floor`), and every method over the same splits,
+    on every task where the baseline has more than NOISE_FLOOR_SEEDS finished runs; None when
+    no task has."""
     from llm_replay.experiments.analysis import RunCurves
 
     tasks: dict[str, dict[str, Any]] = {}
     for task in reading["tasks"]:
         experiment = suite.tasks[task]
-        dirs = [
-            experiment.run_dir(suite.baseline, seed)
-            for seed in experiment.seeds_of(experiment.method(suite.baseline))
-        ]
-        runs = [RunCurves.load(d) for d in dirs if (d / SUMMARY_FILE).is_file()]
-        if len(runs) > NOISE_FLOOR_SEEDS:
-            tasks[task] = task_noise_floor(runs, task_reading, NOISE_FLOOR_SEEDS)
+        finished: dict[str, dict[int, RunCurves]] = {}
+        for method in experiment.methods:
+            for seed in experiment.seeds_of(method):
+                run_dir = experiment.run_dir(method.name, seed)
+                if (run_dir / SUMMARY_FILE).is_file():
+                    finished.setdefault(method.name, {})[seed] = RunCurves.load(run_dir)
+        base = finished.pop(suite.baseline, {})
+        if len(base) > NOISE_FLOOR_SEEDS:
+            tasks[task] = task_noise_floor(base, task_reading, NOISE_FLOOR_SEEDS, finished)
     if not tasks:
         return None
     gains = {t for t in tasks if not reading["tasks"][t]["no_gain"]}
