@@ -104,16 +104,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
     def adaptive_config(self) -> AdaptiveRolloutConfig:
         """`replay_adaptive` checked as `generation.adaptive` is in a run config, and against the
         TRL fields it meets: the stages fill num_generations exactly, the advantage is per group."""
-        value = self.replay_adaptive
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"replay_adaptive: not valid JSON ({error})") from None
-        if value is None:
-            value = {}
-        if not isinstance(value, dict):
-            raise ValueError(f"replay_adaptive = {value!r}: expected a mapping of setting to value")
+        value = json_mapping("replay_adaptive", self.replay_adaptive, "setting")
         try:
             adaptive: AdaptiveRolloutConfig = build(AdaptiveRolloutConfig, value, "replay_adaptive")
         except ConfigError as error:
@@ -145,16 +136,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
                 f"replay_method = {self.replay_method!r}: choose one of {sorted(METHODS)} or a "
                 f"recipe: {sorted(RECIPES)}"
             )
-        knobs = self.replay_knobs
-        if isinstance(knobs, str):
-            try:
-                knobs = json.loads(knobs)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"replay_knobs: not valid JSON ({error})") from None
-        if knobs is None:
-            knobs = {}
-        if not isinstance(knobs, dict):
-            raise ValueError(f"replay_knobs = {knobs!r}: expected a mapping of knob to value")
+        knobs = json_mapping("replay_knobs", self.replay_knobs, "knob")
         if "method" in knobs:
             raise ValueError("replay_knobs.method: name the method with replay_method")
         try:
@@ -168,3 +150,17 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
     def advantage_estimator(self) -> str:
         """The llm-replay name of the advantage TRL computes at generation."""
         return SCALE_TO_ADVANTAGE.get(str(self.scale_rewards), "grpo")
+
+
+def json_mapping(name: str, value: Any, key: str) -> dict[str, Any]:
+    """A mapping field given as a dict, as a JSON string (the command line) or as None (empty)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{name}: not valid JSON ({error})") from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} = {value!r}: expected a mapping of {key} to value")
+    return value
