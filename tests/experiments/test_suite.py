@@ -179,6 +179,7 @@ def test_a_report_reads_the_baseline_against_itself_with_four_seeds(
     assert set(floor["methods_any_task_fails"]) == {"uniform"}
     printed = capsys.readouterr().out
     assert "| chain_sum | self | 4 |" in printed and "| chain_sum | uniform | 4 |" in printed
+    assert (tmp_path / "out" / "suite_noise_floor.png").stat().st_size > 10_000
 
 
 def test_every_built_in_task_ships_the_model_built_from_its_own_spec() -> None:

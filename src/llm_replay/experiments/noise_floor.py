@@ -25,11 +25,13 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 
 BASIS = "mu_5"
+NEVER_DRAWN = 2.5  # where a split whose median seed never reached the target is drawn
 Reader = Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
 
 
@@ -198,3 +200,42 @@ def _row(entry: dict[str, Any]) -> str:
         f"{entry['splits']} | {f['ratio_above_1']:.0%} | {f['below_band']:.0%} | "
         f"{f['entropy_not_kept']:.0%} | {f['pass_not_kept']:.0%} | {span} | {margins}"
     )
+
+
+def plot_noise_floor(floor: dict[str, Any], path: Path) -> Path:
+    """Two rows of panels, one column per task: every split's compute ratio (top) and worst
+    margin (bottom), for `self` and each method, with the tests' lines (1.0× and 0 points). A
+    method whose dots sit where `self`'s do fails the tests as often as on-policy's own seeds."""
+    from llm_replay.experiments.report import _pyplot
+
+    plt = _pyplot()
+    tasks = list(floor["tasks"])
+    fig, axes = plt.subplots(2, len(tasks), figsize=(2.6 * len(tasks) + 1, 6.4), squeeze=False)
+    for column, task in enumerate(tasks):
+        entries = [("self", floor["tasks"][task]), *floor["tasks"][task]["methods"].items()]
+        top, bottom = axes[0][column], axes[1][column]
+        for x, (name, entry) in enumerate(entries):
+            colour = "black" if name == "self" else f"C{x - 1}"
+            ratios = [min(r, NEVER_DRAWN) for r in entry["ratios"]]
+            top.scatter(_jitter(x, len(ratios)), ratios, s=14, color=colour)
+            margins = entry["worst_margins"]
+            bottom.scatter(_jitter(x, len(margins)), margins, s=14, color=colour)
+        names = [name for name, _ in entries]
+        for ax, line in ((top, 1.0), (bottom, 0.0)):
+            ax.axhline(line, color="grey", linewidth=0.8, linestyle="--")
+            ax.set_xticks(range(len(names)), names, rotation=30, fontsize=8)
+        top.set_title(task)
+    axes[0][0].set_ylabel(f"compute ratio (never drawn at {NEVER_DRAWN:g})")
+    axes[1][0].set_ylabel("worst margin (points)")
+    fig.suptitle(
+        "The baseline against itself (self)\nand each method, over the same splits", fontsize=10
+    )
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _jitter(x: int, n: int) -> list[float]:
+    """n positions spread across ±0.125 around x, so a split's dots do not hide each other."""
+    return [x + 0.25 * (i / max(1, n - 1) - 0.5) for i in range(n)]

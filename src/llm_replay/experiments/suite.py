@@ -41,6 +41,7 @@ from llm_replay.experiments.experiment_file import (
 )
 from llm_replay.experiments.noise_floor import (
     noise_floor_markdown,
+    plot_noise_floor,
     suite_noise_floor,
     task_noise_floor,
 )
@@ -160,6 +161,8 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite_summary.json").write_text(json.dumps(reading, indent=1) + "\n")
     reading["plots"] = [str(p) for p in plot_suite(suite, summaries, out)]
+    if floor is not None:
+        reading["plots"].append(str(plot_noise_floor(floor, out / "suite_noise_floor.png")))
     return reading
 
 
