@@ -17,7 +17,7 @@ from llm_replay.config import ConfigError
 from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.generation import Generation, SamplingParams
 from llm_replay.metrics import ComputeMeter, read_log
-from llm_replay.runtime import SyncTrainer
+from llm_replay.runtime import SyncTrainer, build_trainer
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 from llm_replay.runtime.rollouts import RolloutMaker
 from tests.conftest import tiny_config
@@ -175,8 +175,6 @@ def test_adaptive_knobs_and_what_they_do_not_combine_with(tmp_path: Path) -> Non
     on = "generation.adaptive.enabled=true"
     with pytest.raises(ConfigError, match="choose one"):
         tiny_config(None, tmp_path, on, "generation.dynamic_sampling=true")
-    with pytest.raises(ConfigError, match=r"generation\.adaptive\.enabled = true: not supported"):
-        tiny_config(None, tmp_path, on, "runtime=threaded")
     with pytest.raises(ConfigError, match="not with preference"):
         tiny_config("dpo", tmp_path, on)
     for method in ("rlep", "compute_optimal"):
@@ -196,6 +194,24 @@ def test_a_run_generates_fewer_rollouts_and_counts_only_those(tmp_path: Path) ->
     generated = sum(n * config.generation.prompts_per_step for n in per_round)
     assert summary["counts"]["rollouts_generated"] == generated
     assert generated < 4 * config.generation.rollouts_per_step
+
+
+def test_threaded_workers_sample_in_stages_each_with_its_own_cache(tmp_path: Path) -> None:
+    config = tiny_config(
+        "on_policy", tmp_path, "runtime=threaded", "train.iterations=4", "task.train_size=8",
+        "workers.count=2", *ADAPTIVE,
+    )  # fmt: skip
+    trainer = build_trainer(config)
+    summary = trainer.run()
+    counts = summary["counts"]
+    group = config.generation.group_size
+    per_prompt = counts["rollouts_generated"] / counts["prompts_generated"]
+    assert 2 <= per_prompt < group  # some prompts stopped after their first stage
+    log = [r for r in read_log(tmp_path) if r["kind"] == "train"]
+    assert all(2 <= r["adaptive/rollouts_per_prompt"] <= group for r in log)
+    assert not any("adaptive/reused_total" in r for r in log)  # no run totals from a worker
+    caches = [w.adaptive for w in trainer.workers]
+    assert all(c is not None for c in caches) and caches[0] is not caches[1]
 
 
 def test_a_resumed_run_reuses_what_the_uninterrupted_one_does(tmp_path: Path) -> None:

@@ -228,3 +228,16 @@ def test_the_replay_controller_reads_a_learner_statistic_on_ray(tmp_path: Path) 
     )
     build_trainer(config).run()
     assert_anneal_read_the_learners_m2(tmp_path)
+
+
+def test_generation_actors_sample_in_adaptive_stages_on_ray(tmp_path: Path) -> None:
+    config = tiny_config(
+        "on_policy", tmp_path, *RAY_CPUS, "runtime=ray", "train.iterations=3",
+        "generation.adaptive.enabled=true", "generation.adaptive.stage_size=2",
+    )  # fmt: skip
+    summary = build_trainer(config).run()
+    counts = summary["counts"]
+    per_prompt = counts["rollouts_generated"] / counts["prompts_generated"]
+    assert 2 <= per_prompt < config.generation.group_size
+    log = [r for r in read_log(tmp_path) if r["kind"] == "train"]
+    assert all("adaptive/rollouts_per_prompt" in r for r in log)

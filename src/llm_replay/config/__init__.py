@@ -345,7 +345,6 @@ class Config:
             for key, on in (
                 ("dynamic_sampling", self.generation.dynamic_sampling),
                 ("skip.enabled", self.generation.skip.enabled),
-                ("adaptive.enabled", self.generation.adaptive.enabled),
             ):
                 if on:
                     raise ConfigError(

@@ -37,7 +37,7 @@ class AdaptiveRolloutConfig:
     earlier correct completion in place of one wrong one."""
 
     enabled: bool = setting(
-        False, "sample in stages, stopping a prompt at its first correct completion (sync runtime)"
+        False, "sample in stages, stopping a prompt at its first correct completion"
     )
     stage_size: int = setting(2, "completions per prompt per stage; must divide group_size")
     reuse: bool = setting(

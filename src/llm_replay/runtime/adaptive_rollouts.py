@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.config import Config
 from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.data.rollout import FINISH_REASONS
@@ -101,8 +102,12 @@ class KeptSuccess:
 class AdaptiveRollouts:
     """Staged sampling and response reuse for one run (see the module docstring)."""
 
-    def __init__(self, settings: AdaptiveRolloutConfig) -> None:
+    def __init__(self, settings: AdaptiveRolloutConfig, *, run_totals: bool = True) -> None:
+        """`run_totals=False` (a generation worker of the threaded and Ray runtimes, whose kept
+        completions are its own cache): only this round's metrics and the cache's size, since
+        the learner averages what its workers report."""
         self.settings = settings
+        self.run_totals = run_totals
         self.kept: dict[str, KeptSuccess] = {}  # by prompt: a problem space can repeat prompts
         self.round: dict[str, float] = {}
         self.reused_rows = np.zeros(0, dtype=bool)  # of the last batch `reuse` returned
@@ -210,12 +215,11 @@ class AdaptiveRollouts:
 
     def metrics(self) -> dict[str, float]:
         t = self.totals
-        return {
-            **self.round,
-            "adaptive/kept": float(len(self.kept)),
-            "adaptive/reused_total": float(t["reused"]),
-            "adaptive/rollouts_per_prompt_mean": t["rollouts"] / max(1, t["prompts"]),
-        }
+        out = {**self.round, "adaptive/kept": float(len(self.kept))}
+        if self.run_totals:
+            out["adaptive/reused_total"] = float(t["reused"])
+            out["adaptive/rollouts_per_prompt_mean"] = t["rollouts"] / max(1, t["prompts"])
+        return out
 
     def state(self) -> dict[str, Any]:
         return {
@@ -229,3 +233,11 @@ class AdaptiveRollouts:
             self.totals = {k: int(state["totals"][k]) for k in self.totals}
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"adaptive rollout state: unreadable ({error!r})") from None
+
+
+def worker_adaptive(config: Config) -> AdaptiveRollouts | None:
+    """A generation worker's own adaptive rollouts (threaded and Ray runtimes), or None when the
+    run does not use them. Its kept completions are a cache of what this worker saw solved: not
+    shared between workers and not checkpointed, so a resumed run starts with empty caches."""
+    settings = config.generation.adaptive
+    return AdaptiveRollouts(settings, run_totals=False) if settings.enabled else None

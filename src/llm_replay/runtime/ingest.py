@@ -30,6 +30,7 @@ from llm_replay.buffer.rate_limit import RateLimiterTimeout
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import TABLE_DIR
 from llm_replay.metrics import ComputeMeter
+from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 from llm_replay.runtime.rollouts import RolloutMaker, prompt_indices
 
 __all__ = [
@@ -73,15 +74,21 @@ class ItemRollouts:
 
 
 def make_item(
-    maker: RolloutMaker, item: WorkItem, seed: int, prompts_per_item: int
+    maker: RolloutMaker,
+    item: WorkItem,
+    seed: int,
+    prompts_per_item: int,
+    adaptive: AdaptiveRollouts | None = None,
 ) -> ItemRollouts:
     """The one worker body of every asynchronous runtime (a thread or a Ray actor): one work
-    item's prompts → generated, scored groups with their advantages."""
+    item's prompts → generated, scored groups with their advantages. With `adaptive` (the
+    worker's own, its kept completions a cache of what this worker has seen solved) the item is
+    sampled in AR3PO's stages."""
     meter = ComputeMeter()
     counts_before = dict(vars(maker.scorer.counts))
     start = time.perf_counter()
     indices = item.indices(seed, len(maker.problems), prompts_per_item)
-    batch, metrics = maker.make(indices, item.first_group, meter)
+    batch, metrics = maker.make(indices, item.first_group, meter, adaptive)
     seconds = time.perf_counter() - start
     counts = {k: int(v) - counts_before[k] for k, v in vars(maker.scorer.counts).items()}
     return ItemRollouts(batch, metrics, meter, counts, seconds)

@@ -24,6 +24,7 @@ import torch
 from llm_replay.buffer import MinSize, ReplayTable, Sample, TableStats
 from llm_replay.config import config_from_dict
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.runtime.adaptive_rollouts import worker_adaptive
 from llm_replay.runtime.async_core import AsyncLearner, limiter_metrics
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
 from llm_replay.runtime.components import Policy, build_learner_parts, table_spec
@@ -163,6 +164,7 @@ class GenerationActor:
         self.generator.policy_version = -1
         self.maker = policy.rollout_maker(self.generator)
         self.scorer = self.maker.scorer
+        self.adaptive = worker_adaptive(cfg)
 
     def generate(
         self, item: dict[str, int], weights: tuple[int, list[Any]]
@@ -180,6 +182,7 @@ class GenerationActor:
             WorkItem(**item),
             self.config.train.seed,
             self.config.generation.prompts_per_step,
+            self.adaptive,
         )
         info = {
             "meter": made.meter.state_dict(),

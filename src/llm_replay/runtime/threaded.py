@@ -32,6 +32,7 @@ from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.buffer.rate_limit import TableClosed
 from llm_replay.config import Config
 from llm_replay.metrics import ComputeMeter, RoleClock
+from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts, worker_adaptive
 from llm_replay.runtime.async_core import (
     AsyncLearner,
     LocalTable,
@@ -76,8 +77,10 @@ class ThreadWorker:
         seed: int,
         on_delivered: Callable[[ComputeMeter, dict[str, float], dict[str, int]], None],
         on_error: Callable[[int, BaseException], None],
+        adaptive: AdaptiveRollouts | None = None,
     ) -> None:
         self.index = index
+        self.adaptive = adaptive
         self.maker, self.plan, self.gate = maker, plan, gate
         self.generator: Any = maker.generator
         self.weights, self.clock, self.seed = weights, clock, seed
@@ -134,7 +137,9 @@ class ThreadWorker:
                 self.update_weights(self.weights.version)
                 synced = time.perf_counter() - start
                 item = self.plan.take()
-                made = make_item(self.maker, item, self.seed, self.plan.prompts_per_item)
+                made = make_item(
+                    self.maker, item, self.seed, self.plan.prompts_per_item, self.adaptive
+                )
                 if self._stop.is_set():
                     self.plan.give_back(item)
                     return
@@ -221,6 +226,7 @@ class ThreadedTrainer(RunLoop):
                     seed=self.config.train.seed,
                     on_delivered=self._on_delivered,
                     on_error=self._on_error,
+                    adaptive=worker_adaptive(self.config),
                 )
             )
         self.clock.start()
