@@ -52,13 +52,14 @@ def test_one_weaker_run_fails_only_the_split_that_reads_it_as_the_method(tmp_pat
 def test_across_tasks_some_task_fails_with_the_tasks_independent(tmp_path: Path) -> None:
     weak = task_noise_floor(runs(tmp_path / "w", [A, A, A, B]), task_reading)  # 1 of 4 fails
     flat = task_noise_floor(runs(tmp_path / "f", [A] * 4), task_reading)
-    both = {"weak": weak, "twice": weak, "flat": flat}
+    both = {"weak": weak, "twice": {**weak, "no_gain": True}, "flat": flat}
     floor = suite_noise_floor(both, gain_tasks={"weak", "flat"})
     assert floor["any_task_fails"]["below_band"] == pytest.approx(1 - 0.75 * 0.75)
     assert floor["any_task_fails"]["ratio_above_1"] == pytest.approx(0.25)  # "twice": no gain
     text = noise_floor_markdown(floor)
     assert "| weak | self | 4 | 25% | 25% | 0% | 0% | 1.00–1.00× (1 never) |" in text
     assert "| self | 25% | 44% | 0% | 0% |" in text  # the ratio test skips "twice" (no gain)
+    assert "| twice | self | 4 | no gain | 25% |" in text
 
 
 def test_a_method_is_read_over_the_same_splits_with_its_own_seeds(tmp_path: Path) -> None:

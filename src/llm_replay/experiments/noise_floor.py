@@ -174,7 +174,7 @@ def noise_floor_markdown(floor: dict[str, Any]) -> str:
     ]
     for task, t in floor["tasks"].items():
         for name, entry in [("self", t), *t.get("methods", {}).items()]:
-            lines.append(f"| {task} | {name} | {_row(entry)} |")
+            lines.append(f"| {task} | {name} | {_row(entry, no_gain=bool(t.get('no_gain')))} |")
     lines += [
         "",
         "Chance that some task fails each test (tasks taken as independent):",
@@ -188,7 +188,9 @@ def noise_floor_markdown(floor: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _row(entry: dict[str, Any]) -> str:
+def _row(entry: dict[str, Any], *, no_gain: bool = False) -> str:
+    """One read of one task; on a task the baseline gains nothing on, the ratio test is not
+    applied (as in the suite's reading) and its column says so."""
     f = entry["fails"]
     ratios = [r for r in entry["ratios"] if math.isfinite(r)]
     span = f"{min(ratios):.2f}–{max(ratios):.2f}×" if ratios else "—"
@@ -196,8 +198,9 @@ def _row(entry: dict[str, Any]) -> str:
     span += f" ({never} never)" if never else ""
     m = entry["worst_margins"]
     margins = f"{m[0]:+.1f} to {m[-1]:+.1f}" if m else "—"
+    ratio_share = "no gain" if no_gain else f"{f['ratio_above_1']:.0%}"
     return (
-        f"{entry['splits']} | {f['ratio_above_1']:.0%} | {f['below_band']:.0%} | "
+        f"{entry['splits']} | {ratio_share} | {f['below_band']:.0%} | "
         f"{f['entropy_not_kept']:.0%} | {f['pass_not_kept']:.0%} | {span} | {margins}"
     )
 

@@ -184,6 +184,7 @@ def _noise_floor(suite: Suite, reading: dict[str, Any]) -> dict[str, Any] | None
         base = finished.pop(suite.baseline, {})
         if len(base) > NOISE_FLOOR_SEEDS:
             tasks[task] = task_noise_floor(base, task_reading, NOISE_FLOOR_SEEDS, finished)
+            tasks[task]["no_gain"] = reading["tasks"][task]["no_gain"]
     if not tasks:
         return None
     gains = {t for t in tasks if not reading["tasks"][t]["no_gain"]}
