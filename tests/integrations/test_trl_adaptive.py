@@ -162,6 +162,10 @@ def test_resume_with_adaptive_rollouts_continues_exactly(tmp_path: Path):
         ({"replay_adaptive": [1]}, "replay_adaptive = \\[1\\]: expected a mapping"),
         ({"replay_adaptive": ADAPTIVE, "scale_rewards": "batch"}, "scale_rewards = 'batch'"),
         ({"replay_adaptive": ADAPTIVE, "replay_method": "rlep"}, "not with replay_method = 'rlep'"),
+        (
+            {"replay_adaptive": ADAPTIVE, "gradient_accumulation_steps": 2},
+            "steps_per_generation = 2: replay_adaptive needs 1",
+        ),
     ],
 )
 def test_bad_adaptive_fields_are_named(tmp_path: Path, fields: dict[str, Any], message: str):
@@ -174,3 +178,27 @@ def test_a_run_config_with_adaptive_rollouts_maps_onto_trl(tmp_path, monkeypatch
     args = trl_arguments(load_config("ar3po"), tmp_path)
     assert args.adaptive.enabled and args.adaptive.stage_size == 2 and args.adaptive.reuse
     assert not trl_arguments(load_config("on_policy"), tmp_path).adaptive.enabled
+
+
+def test_rows_carry_behaviour_log_probs_even_without_reuse(tmp_path: Path) -> None:
+    """Rounds of any size: the on-policy queue carries a round's last rows into the next step,
+    after the weights moved, so their ratio needs the log-probs they were sampled with."""
+    no_reuse = {"enabled": True, "stage_size": 2, "reuse": False}
+    trainer = build(adaptive_config(tmp_path, replay_adaptive=no_reuse), Scripted(set()))
+    assert trainer._needs_behaviour
+    plain = build(ReplayGRPOConfig(**settings(tmp_path / "plain")), Scripted(set()))
+    assert not plain._needs_behaviour  # TRL's own shortcut, where every row trains at once
+
+
+def test_gradient_accumulation_with_one_generation_per_micro_step(tmp_path: Path) -> None:
+    reward = Scripted(solved={"1+1=", "4+4="})
+    config = adaptive_config(
+        tmp_path, max_steps=2, per_device_train_batch_size=16, gradient_accumulation_steps=2,
+        steps_per_generation=1,
+    )  # fmt: skip
+    trainer = build(config, reward, Dataset.from_dict({"prompt": PROMPTS * 4}))
+    trainer.train()
+    c = trainer.meter.counts
+    assert trainer.state.global_step == 2 and c["rollouts_trained"] == 2 * 2 * 16
+    assert c["prompts_generated"] == 2 * trainer.rounds  # 2 prompts a generation batch
+    assert 2 * c["prompts_generated"] <= c["rollouts_generated"] < 8 * c["prompts_generated"]

@@ -175,6 +175,9 @@ def test_adaptive_knobs_and_what_they_do_not_combine_with(tmp_path: Path) -> Non
     on = "generation.adaptive.enabled=true"
     with pytest.raises(ConfigError, match="choose one"):
         tiny_config(None, tmp_path, on, "generation.dynamic_sampling=true")
+    with pytest.raises(ConfigError, match=r"runtime=threaded runs replay.method = 'positive'"):
+        tiny_config("auto", tmp_path, on, "runtime=threaded")  # rounds of a fixed size
+    assert tiny_config("on_policy", tmp_path, on, "runtime=threaded").generation.adaptive.enabled
     with pytest.raises(ConfigError, match="not with preference"):
         tiny_config("dpo", tmp_path, on)
     for method in ("rlep", "compute_optimal"):

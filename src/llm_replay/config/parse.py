@@ -31,8 +31,8 @@ class ConfigError(ValueError):
 
 class _YAML12Loader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML's safe loader with YAML 1.2's booleans: only true/false. Under YAML 1.1, `off`,
-    `on`, `yes`, `no` (and `y`, `n`) become booleans, so `token_control: off` would arrive as
-    False instead of the choice 'off'."""
+    `on`, `yes` and `no` become booleans, so `token_control: off` would arrive as False instead
+    of the choice 'off'."""
 
 
 _BOOL = "tag:yaml.org,2002:bool"

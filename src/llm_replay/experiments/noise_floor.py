@@ -14,9 +14,11 @@ baseline run of another seed (a different prompt order and sampling stream: exac
 Reported per task: the splits, and the share of them in which `self` fails each test; across
 tasks, the chance that at least one task fails a test, taking tasks as independent.
 
-A method is read over the same splits: its runs of the split's three seeds against those three
-baseline runs, the band the same as `self` meets. A method whose share of failing splits is no
-higher than `self`'s fails the tests no more often than on-policy's own seeds do.
+A method is read over the same splits exactly as `self` is: its runs of the seeds outside the
+band, paired across seeds with the band's runs. A method whose share of failing splits is no
+higher than `self`'s fails the tests no more often than on-policy's own seeds do. (Reading a
+method on the band's own seeds instead would pair each run with the baseline run of its seed,
+which shares its prompt order and sampling stream: less noisy than `self`, so not comparable.)
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ def split_readings(
     method: dict[int, RunCurves] | None = None,
 ) -> list[dict[str, Any]]:
     """Per split of the baseline's runs (keyed by seed) into `baseline_seeds` read as the
-    baseline: the reading of the other baseline runs (`method` None), or of `method`'s runs of
-    the split's own seeds, each paired with the baseline run of its seed. Both are read against
-    the same three-run band, so a method's share of failing splits compares with the baseline's
-    own."""
+    baseline: the reading of the baseline's other runs (`method` None), or of `method`'s runs of
+    those same other seeds (splits where it lacks one are skipped). Either way the read runs are
+    seeds outside the band, each paired with a band run of another seed (the j-th with the
+    (j mod k)-th), so a method and the baseline's own runs are read alike: as many runs, the
+    same band, the same cross-seed pairing."""
     n, k = len(base), baseline_seeds
     if k < 2 or n <= k:
         raise ValueError(
@@ -67,14 +70,12 @@ def split_readings(
     seeds = sorted(base)
     readings = []
     for chosen in itertools.combinations(seeds, k):
-        if method is None:
-            picked = [base[s] for s in seeds if s not in chosen]
-        elif all(s in method for s in chosen):
-            picked = [method[s] for s in chosen]
-        else:
+        rest = [s for s in seeds if s not in chosen]
+        source = base if method is None else method
+        if not all(s in source for s in rest):
             continue
         baseline = [relabelled(base[s], j) for j, s in enumerate(chosen)]
-        other = [relabelled(run, j) for j, run in enumerate(picked)]
+        other = [relabelled(source[s], j % k) for j, s in enumerate(rest)]
         summary = compare_methods(
             {"baseline": baseline, "self": other}, baseline="baseline", bases=[BASIS]
         )
@@ -166,7 +167,7 @@ def noise_floor_markdown(floor: dict[str, Any]) -> str:
     method over the same splits; then the chance that some task fails each test."""
     lines = [
         "Every split of the baseline's runs into three read as the baseline: `self` is the rest "
-        "of its runs, a method its runs of the split's seeds. Share of splits failing each test:",
+        "of its runs, a method its runs of those other seeds. Share of splits failing each test:",
         "",
         "| task | read | splits | ratio > 1.0× | below band | entropy below | pass@8 below | "
         "ratios (min–max) | worst margins (min–max) |",

@@ -52,12 +52,12 @@ TASK_KEYS = {"budget", "eval_every", "set", "seeds"}
 BASIS = "mu_5"
 PASS_KEY = "pass@8"
 MIN_GAIN_POINTS = 2.0
-NOISE_FLOOR_SEEDS = 3
-"""The baseline runs a noise-floor split reads as the baseline (the suite's rows have three
-seeds); the others are read as a method. Needs at least one more finished baseline run."""
 """A task on which the baseline gains less than this (final over starting accuracy, held-out,
 points) is a no-gain task: there is no saving to measure, so its compute ratio is left out of
 the median and the worst ratio, and it is read for harm only (worst margin, final accuracy)."""
+NOISE_FLOOR_SEEDS = 3
+"""The baseline runs a noise-floor split reads as the baseline (the suite's rows have three
+seeds); the others are read as a method. Needs at least one more finished baseline run."""
 
 
 @dataclass(frozen=True)

@@ -63,10 +63,13 @@ class TRLStages:
         rows = [self.inputs[int(indices[p])] for p in positions for _ in range(n)]
         groups = first_group + np.repeat(np.asarray(positions, dtype=np.int64), n)
         batch = self._stage(rows, n, groups)
-        if len(batch) != len(rows) or not np.array_equal(batch.group_ids, groups):
+        if len(batch) != len(rows):
             raise RuntimeError(f"a stage of {len(rows)} rows came back as {len(batch)}")
         for row, group in zip(range(0, len(batch), n), groups[::n], strict=True):
-            self.prompts[int(indices[group - first_group])] = batch[row].prompt_ids.tolist()
+            prompt = batch[row].prompt_ids
+            if any(not np.array_equal(batch[r].prompt_ids, prompt) for r in range(row, row + n)):
+                raise RuntimeError(f"group {group}: TRL returned its rows out of order")
+            self.prompts[int(indices[group - first_group])] = prompt.tolist()
         meter.add(
             prompts_generated=len(positions) if new_prompts else 0,
             rollouts_generated=len(batch),

@@ -121,11 +121,18 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
                 "scale_rewards = 'batch': replay_adaptive computes each group's advantage over "
                 "the group as it ends up; use 'group' or 'none'"
             )
-        refusal = ADAPTIVE_REFUSED.get(self.replay_method)
+        if self.steps_per_generation != 1:
+            raise ValueError(
+                f"steps_per_generation = {self.steps_per_generation}: replay_adaptive needs 1. "
+                "TRL hands the same prompts to every micro-step of a generation window, and an "
+                "adaptive round, smaller than the window, would generate them again; set "
+                "steps_per_generation=1 (gradient_accumulation_steps may stay as it is)"
+            )
+        method = self.replay.method
+        refusal = ADAPTIVE_REFUSED.get(method)
         if refusal is not None:
             raise ValueError(
-                f"replay_adaptive.enabled: not with replay_method = {self.replay_method!r} "
-                f"({refusal})"
+                f"replay_adaptive.enabled: not with replay_method = {method!r} ({refusal})"
             )
         return adaptive
 

@@ -219,8 +219,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         where every row is trained once before the weights move (TRL's own shortcut)."""
         if self.args.replay_loss == "asymre":  # no ratio: the behaviour is never read
             return False
-        if self.adaptive is not None and self.adaptive.settings.reuse:
-            return True  # a reused completion was sampled by older weights
+        if self.adaptive is not None:  # reused rows, and rounds of any size: the queue carries
+            return True  # rows of one round into the next step, after the weights moved
         return not (self.pipeline.method.consumes_rollouts and not self.pipeline.options)
 
     def _fresh_round(self, generation_batch: Any) -> Any:
@@ -296,6 +296,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         of `n`; its advantages are dropped (the round computes them)."""
         saved = self.num_generations
         self.num_generations = n  # TRL groups rewards (and asks vLLM for n) by this
+        self._rewards = None
         try:
             out = self._generate_and_score_completions(rows)
         finally:
