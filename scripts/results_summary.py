@@ -52,6 +52,12 @@ ROWS = (
         "**`auto`**: the same, annealed to on-policy between 10% and 60% of the run",
     ),
     (
+        "spell_backward, 3.6·10⁷ on μ = 5",
+        "experiment_spell/against_on_policy_4x",
+        "ar3po",
+        "on-policy with AR3PO's adaptive rollouts and response reuse (issue #38, one seed)",
+    ),
+    (
         "inside TRL's GRPOTrainer, chain_sum",
         "experiment_trl",
         "trl_positive",
