@@ -86,3 +86,11 @@ def test_the_accuracy_plot_is_drawn_on_the_mu_5_axis_first(tmp_path) -> None:  #
     assert measured_mu(run) == 0.37
     png = plot_accuracy_vs_compute([("a run", run)], tmp_path / "plot.png")
     assert png.stat().st_size > 10_000
+
+
+def test_more_methods_than_colours_come_round_dash_dotted() -> None:
+    names = ["on_policy", *(f"m{i}" for i in range(25))]
+    styles = _styles(names, "on_policy")
+    assert len(styles) == 26
+    assert styles["m0"]["color"] == styles["m18"]["color"]
+    assert "linestyle" not in styles["m0"] and styles["m18"]["linestyle"] == "-."

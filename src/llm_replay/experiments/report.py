@@ -107,17 +107,22 @@ def _styles(
     palette = list(plt.get_cmap("tab10").colors) + list(plt.get_cmap("Dark2").colors)
     continued = {c: b for c, b in (extends or {}).items() if c in names and b in names}
     styles: dict[str, dict[str, Any]] = {baseline: {"color": "black", "linewidth": 2.4}}
-    free = iter(palette)
+    # past the palette's 18 colours they come round again, dash-dotted
+    free = (
+        {"color": c} if ls == "-" else {"color": c, "linestyle": ls}
+        for ls in ("-", "-.", ":")
+        for c in palette
+    )
     for name in names:
         if name in styles or name.endswith("_tis") or name in continued:
             continue
         if continued.get(baseline) == name:
             styles[name] = {"color": "black", "linewidth": 1.6}
         else:
-            styles[name] = {"color": next(free), "linewidth": 1.6}
+            styles[name] = {**next(free), "linewidth": 1.6}
     for name in names:
         if name.endswith("_tis") and name not in styles:
-            parent = styles.get(name[: -len("_tis")], {"color": next(free)})
+            parent = styles.get(name[: -len("_tis")], next(free))
             styles[name] = {"color": parent["color"], "linewidth": 1.6, "linestyle": "--"}
     for name, base in continued.items():
         style = styles.get(name, {"color": styles[base]["color"], "linewidth": 1.6})
