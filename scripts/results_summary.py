@@ -40,6 +40,12 @@ ROWS = (
         "on-policy with AR3PO's adaptive rollouts and response reuse (issue #38)",
     ),
     (
+        "chain_sum, to on-policy's plateau",
+        "experiment_plateau/against_on_policy_2x",
+        "auto_kl_cov_ar3po",
+        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38, one seed)",
+    ),
+    (
         "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
         "positive_2x",
