@@ -125,7 +125,7 @@ class LlmReplay:
         self.table = ReplayTable(capacity, sampler=sampler, seed=0)
 
     def insert(self, w: Workload, lo: int, hi: int) -> None:
-        from llm_replay.data.rollout import RolloutBatch
+        from llm_replay.data.batch import RolloutBatch
 
         batch = RolloutBatch.from_ragged(
             prompt_ids=w.prompts[lo:hi],

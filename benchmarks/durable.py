@@ -28,7 +28,7 @@ import numpy as np
 
 from llm_replay.buffer import ReplayTable
 from llm_replay.buffer.durable import LOG
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from synthetic import fixed_batch, warm_kernels
 
 BATCH = 256

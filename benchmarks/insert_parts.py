@@ -32,7 +32,7 @@ def main() -> None:
     from llm_replay.buffer import layout
     from llm_replay.buffer.gather import scatter_rows
     from llm_replay.buffer.kernels import set_gather_backend
-    from llm_replay.data.rollout import RolloutBatch
+    from llm_replay.data.batch import RolloutBatch
 
     w = Workload.make(256, (16, 256))
     batch = RolloutBatch.from_ragged(

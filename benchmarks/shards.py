@@ -35,7 +35,7 @@ import numpy as np
 
 from llm_replay.config import load_config
 from llm_replay.config.files import PRESETS_DIR
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.runtime.ray_actors import RemoteTable, TableActor
 from llm_replay.runtime.shards import ShardedClient, ShardFront, shard_config
 from synthetic import fixed_batch

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from llm_replay.data.rollout import RolloutBatch
+from llm_replay.data.batch import RolloutBatch
 
 
 def fixed_batch(
