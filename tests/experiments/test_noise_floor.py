@@ -8,7 +8,7 @@ import pytest
 
 from llm_replay.experiments.noise_floor import (
     noise_floor_markdown,
-    self_readings,
+    split_readings,
     suite_noise_floor,
     task_noise_floor,
 )
@@ -19,8 +19,8 @@ A = [0.1, 0.2, 0.3, 0.4, 0.4, 0.4]
 B = [0.1, 0.15, 0.25, 0.35, 0.35, 0.35]  # A less 5 points after the start
 
 
-def runs(tmp_path: Path, curves: list[list[float]]) -> list:
-    return [fake_run(tmp_path / f"seed-{s}", c, 1.0, 100, 100) for s, c in enumerate(curves)]
+def runs(tmp_path: Path, curves: list[list[float]]) -> dict:
+    return {s: fake_run(tmp_path / f"seed-{s}", c, 1.0, 100, 100) for s, c in enumerate(curves)}
 
 
 def test_identical_runs_never_fail(tmp_path: Path) -> None:
@@ -38,7 +38,7 @@ def test_identical_runs_never_fail(tmp_path: Path) -> None:
 def test_one_weaker_run_fails_only_the_split_that_reads_it_as_the_method(tmp_path: Path) -> None:
     # splits of A A A B into 3 + 1: B read as the method once (below the band by 5 points, never
     # reaching A's final accuracy); in the other three B is in the band, whose floor it sets
-    readings = self_readings(runs(tmp_path, [A, A, A, B]), task_reading)
+    readings = split_readings(runs(tmp_path, [A, A, A, B]), task_reading)
     assert [r["baseline_runs"] for r in readings] == [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]
     assert readings[0]["ratio"] is None
     assert readings[0]["worst_margin"] == pytest.approx(-5.0)
@@ -65,10 +65,10 @@ def test_across_tasks_some_task_fails_with_the_tasks_independent(tmp_path: Path)
 def test_a_method_is_read_over_the_same_splits_on_the_seeds_outside_the_band(
     tmp_path: Path,
 ) -> None:
-    base = dict(enumerate(runs(tmp_path / "base", [A, A, A, B])))
-    same = dict(enumerate(runs(tmp_path / "same", [A, A, A, A])))
-    weaker = dict(enumerate(runs(tmp_path / "weaker", [B, B, B, B])))
-    partial = dict(enumerate(runs(tmp_path / "partial", [A, A, A])))  # no seed 3
+    base = runs(tmp_path / "base", [A, A, A, B])
+    same = runs(tmp_path / "same", [A, A, A, A])
+    weaker = runs(tmp_path / "weaker", [B, B, B, B])
+    partial = runs(tmp_path / "partial", [A, A, A])  # no seed 3
     floor = task_noise_floor(
         base, task_reading, methods={"same": same, "weaker": weaker, "partial": partial}
     )
@@ -86,7 +86,7 @@ def test_a_method_is_read_over_the_same_splits_on_the_seeds_outside_the_band(
 
 def test_too_few_runs_to_split_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="3 runs: a split needs 3 baseline runs"):
-        self_readings(runs(tmp_path, [A] * 3), task_reading)
+        split_readings(runs(tmp_path, [A] * 3), task_reading)
 
 
 def test_more_runs_than_twice_the_band_pair_round_the_band(tmp_path: Path) -> None:

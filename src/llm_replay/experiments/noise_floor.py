@@ -42,14 +42,6 @@ def relabelled(run: RunCurves, seed: int) -> RunCurves:
     return replace(run, run_dir=run.run_dir.parent / f"seed-{seed}")
 
 
-def self_readings(
-    runs: Sequence[RunCurves], read: Reader, baseline_seeds: int = 3
-) -> list[dict[str, Any]]:
-    """One reading of `self` against the baseline per split of `runs` (see the module docstring):
-    `read(method_summary, baseline_summary)` is the suite's `task_reading`."""
-    return split_readings(dict(enumerate(runs)), read, baseline_seeds)
-
-
 def split_readings(
     base: dict[int, RunCurves],
     read: Reader,
@@ -113,14 +105,13 @@ def summarised(readings: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def task_noise_floor(
-    runs: Sequence[RunCurves] | dict[int, RunCurves],
+    base: dict[int, RunCurves],
     read: Reader,
     baseline_seeds: int = 3,
     methods: dict[str, dict[int, RunCurves]] | None = None,
 ) -> dict[str, Any]:
-    """The baseline against itself on one task, and each of `methods` (runs keyed by seed) read
-    over the same splits."""
-    base = runs if isinstance(runs, dict) else dict(enumerate(runs))
+    """The baseline against itself on one task, and each of `methods` read over the same splits
+    (every run keyed by its seed)."""
     out = {
         "runs": len(base),
         "baseline_seeds": baseline_seeds,

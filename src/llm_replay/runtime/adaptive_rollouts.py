@@ -30,7 +30,6 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from llm_replay.config import Config
 from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.data.rollout import FINISH_REASONS
@@ -235,9 +234,8 @@ class AdaptiveRollouts:
             raise ValueError(f"adaptive rollout state: unreadable ({error!r})") from None
 
 
-def worker_adaptive(config: Config) -> AdaptiveRollouts | None:
+def worker_adaptive(settings: AdaptiveRolloutConfig) -> AdaptiveRollouts | None:
     """A generation worker's own adaptive rollouts (threaded and Ray runtimes), or None when the
     run does not use them. Its kept completions are a cache of what this worker saw solved: not
     shared between workers and not checkpointed, so a resumed run starts with empty caches."""
-    settings = config.generation.adaptive
     return AdaptiveRollouts(settings, run_totals=False) if settings.enabled else None

@@ -164,7 +164,7 @@ class GenerationActor:
         self.generator.policy_version = -1
         self.maker = policy.rollout_maker(self.generator)
         self.scorer = self.maker.scorer
-        self.adaptive = worker_adaptive(cfg)
+        self.adaptive = worker_adaptive(cfg.generation.adaptive)
 
     def generate(
         self, item: dict[str, int], weights: tuple[int, list[Any]]

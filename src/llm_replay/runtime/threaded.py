@@ -226,7 +226,7 @@ class ThreadedTrainer(RunLoop):
                     seed=self.config.train.seed,
                     on_delivered=self._on_delivered,
                     on_error=self._on_error,
-                    adaptive=worker_adaptive(self.config),
+                    adaptive=worker_adaptive(self.config.generation.adaptive),
                 )
             )
         self.clock.start()

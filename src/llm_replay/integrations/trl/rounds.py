@@ -54,6 +54,15 @@ def behaviour_logprobs(out: Mapping[str, Any]) -> Tensor | None:
     return torch.where(torch.isnan(sampled), old, sampled)
 
 
+def behaviour_or_zeros(out: Mapping[str, Any]) -> Tensor:
+    """`behaviour_logprobs`, or zeros where TRL computed none because nothing reads them
+    (`ReplayGRPOTrainer._needs_behaviour`)."""
+    behaviour = behaviour_logprobs(out)
+    if behaviour is None:
+        return torch.zeros_like(out["completion_ids"], dtype=torch.float32)
+    return behaviour
+
+
 def local_round(
     out: Mapping[str, Any], rewards: Tensor, group_ids: Tensor, behaviour: Tensor
 ) -> dict[str, Tensor]:

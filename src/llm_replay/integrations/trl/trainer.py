@@ -40,6 +40,7 @@ from llm_replay.integrations.trl.adaptive import TRLStages, one_input_per_prompt
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
 from llm_replay.integrations.trl.rounds import (
     behaviour_logprobs,
+    behaviour_or_zeros,
     gather_round,
     local_round,
     process_rows,
@@ -239,9 +240,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             // self.num_generations
         )
         out = shuffle_sequence_dict(out)  # TRL shuffles each generation batch before splitting
-        behaviour = behaviour_logprobs(out)
-        if behaviour is None:  # never read (see _needs_behaviour)
-            behaviour = torch.zeros_like(out["completion_ids"], dtype=torch.float32)
+        behaviour = behaviour_or_zeros(out)
         local = local_round(out, out["replay_rewards"], out["replay_groups"], behaviour)
         gathered = gather_round(self.accelerator, local, self._tokenizer.pad_token_id)
         total = gathered["completion_ids"].shape[0]
@@ -303,9 +302,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             self.num_generations = saved
         if self._rewards is None:
             raise RuntimeError("TRL returned completions without calling _calculate_rewards")
-        behaviour = behaviour_logprobs(out)
-        if behaviour is None:  # never read (see _needs_behaviour)
-            behaviour = torch.zeros_like(out["completion_ids"], dtype=torch.float32)
+        behaviour = behaviour_or_zeros(out)
         groups = torch.as_tensor(group_ids, device=out["completion_ids"].device)
         local = local_round(out, self._rewards, groups, behaviour)
         return to_rollouts(
