@@ -5,6 +5,7 @@ biased replay with AsymRE, annealed to on-policy between 10% and 60% of max_step
     python examples/trl_replay.py --steps 4        # a shorter run (the test suite's)
     python examples/trl_replay.py --method uniform --knobs '{"replay_ratio": 4}'
     python examples/trl_replay.py --method on_policy --adaptive   # AR3PO's adaptive rollouts
+    python examples/trl_replay.py --adaptive --kl-cov  # auto_kl_cov_ar3po, issue #38's candidate
 
 Everything TRL-specific is TRL's own: the dataset with a "prompt" column, a reward function over
 decoded completions, GRPOConfig fields. llm-replay adds the two `replay_*` fields (and, for AsymRE,
@@ -28,6 +29,9 @@ parser.add_argument("--method", default="auto", help="a recipe or method (`llm-r
 parser.add_argument("--knobs", default="{}", help="the method's knobs, JSON")
 parser.add_argument(
     "--adaptive", action="store_true", help="AR3PO: 2 completions a stage, more only if unsolved"
+)
+parser.add_argument(
+    "--kl-cov", action="store_true", help="KL-Cov on the reused rows' top 5%% tokens by covariance"
 )
 options = parser.parse_args()
 
@@ -68,6 +72,9 @@ args = ReplayGRPOConfig(
     replay_knobs=json.loads(options.knobs),
     replay_loss="asymre" if asymre else "trl",
     replay_adaptive={"enabled": True, "stage_size": 2, "reuse": True} if options.adaptive else None,
+    replay_token_control={"mode": "kl_cov", "fraction": 0.05, "coef": 1.0}
+    if options.kl_cov
+    else None,
 )
 trainer = ReplayGRPOTrainer(
     model=model, reward_funcs=verified, args=args, train_dataset=dataset, processing_class=tokenizer
@@ -84,3 +91,6 @@ print(
 if trainer.adaptive is not None:
     per_prompt = counts["rollouts_generated"] / max(1, counts["prompts_generated"])
     print(f"{per_prompt:.1f} completions generated per prompt of 8 (adaptive rollouts)")
+treated = [h["loss/cov_treated"] for h in trainer.state.log_history if "loss/cov_treated" in h]
+if treated:
+    print(f"KL-Cov held {100 * max(treated):.1f}% of a step's trained tokens at most")

@@ -47,10 +47,13 @@ def test_trl_replay_example_runs() -> None:
     assert "3 generation rounds, 768 rollouts generated, 1024 trained, buffer 768" in stdout
 
 
-def test_trl_replay_example_runs_adaptive_rollouts() -> None:
-    stdout = _run_example("trl_replay.py", "--steps", "2", "--method", "on_policy", "--adaptive")
+def test_trl_replay_example_runs_the_suites_candidate() -> None:
+    """`auto` with adaptive rollouts and KL-Cov inside TRL: `auto_kl_cov_ar3po`."""
+    stdout = _run_example("trl_replay.py", "--steps", "3", "--adaptive", "--kl-cov")
     found = re.search(r"(\d\.\d) completions generated per prompt of 8", stdout)
     assert found and 2.0 <= float(found.group(1)) < 8.0  # at ~20% accuracy some prompts stop early
+    held = re.search(r"KL-Cov held (\d+\.\d)% of a step's trained tokens", stdout)
+    assert held and 0.0 < float(held.group(1)) <= 5.0  # 5% of the reused rows' tokens at most
 
 
 def test_verl_example_data_is_verls_schema_and_the_model_reads_raw_text(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.cli import main
 from llm_replay.config import ConfigError, load_config
 from llm_replay.experiments.analysis import RunCurves
@@ -73,16 +74,17 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
     assert zero.replay.options["zero_variance"].enabled
     with pytest.raises(ConfigError, match=r"algorithm.aggregation = 'sequence_mean'"):
         trl_arguments(load_config("on_policy", ["algorithm.aggregation=sequence_mean"]), tmp_path)
-    for override, name in (
-        ("algorithm.token_control=kl_cov", "token_control"),
-        ("algorithm.positive_weight=0.1", "positive_weight"),
-    ):
-        with pytest.raises(ConfigError, match=rf"algorithm\.{name}: not with backend 'trl'"):
-            trl_arguments(load_config("positive", [override]), tmp_path)
+    controlled = trl_arguments(
+        load_config("auto_kl_cov", ["algorithm.positive_weight=0.1"]), tmp_path
+    )
+    assert controlled.token_control == TokenControl(
+        mode="kl_cov", fraction=0.05, coef=1.0, rows="replayed", positive_weight=0.1
+    )
+    assert not trl_arguments(load_config("positive"), tmp_path).token_control.active
     with pytest.raises(ConfigError, match=r"generation\.skip\.enabled: not with backend 'trl'"):
         trl_arguments(load_config("positive_fixed_set"), tmp_path)
     with pytest.raises(ConfigError, match=r"algorithm\.head_gate: not with backend 'trl'"):
-        trl_arguments(load_config("auto_kl_cov_dgg", ["algorithm.token_control=off"]), tmp_path)
+        trl_arguments(load_config("auto_kl_cov_dgg"), tmp_path)
     anneal = trl_arguments(load_config("positive_anneal"), tmp_path)
     assert anneal.replay.options["anneal"].enabled  # the replay options reach the TRL trainer
 

@@ -15,10 +15,12 @@ from typing import Any
 
 from trl import GRPOConfig
 
+from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.config import ADAPTIVE_REFUSED, ReplayConfig
 from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.config.recipes import RECIPES
+from llm_replay.integrations.trl.token_control import LOSS_TYPES, control_from
 from llm_replay.methods import METHODS
 
 REPLAY_LOSSES = ("trl", "asymre")
@@ -71,6 +73,15 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
             "only for prompts with no correct one yet, up to num_generations; one process only"
         },
     )
+    replay_token_control: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Clip-Cov / KL-Cov / W-REINFORCE on the reused rows' tokens (arXiv 2505.22617, "
+            "2506.01347), e.g. {'mode': 'kl_cov', 'fraction': 0.05, 'coef': 1.0} (a JSON string "
+            "on the command line); fields as algorithm.token_control and its control_* settings "
+            f"(mode, rows, fraction, coef, low, high, positive_weight); loss_type in {list(LOSS_TYPES)}"
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,6 +111,19 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
                 "set replay_knobs.replay_ratio instead"
             )
         self.adaptive = self.adaptive_config()
+        self.token_control = self.token_control_config()
+
+    def token_control_config(self) -> TokenControl:
+        """`replay_token_control` checked as `algorithm.token_control` is, and against the loss
+        types whose normalisers the KL-Cov term is reduced with."""
+        control = control_from(
+            json_mapping("replay_token_control", self.replay_token_control, "setting")
+        )
+        if control.active and self.loss_type not in LOSS_TYPES:
+            raise ValueError(
+                f"loss_type = {self.loss_type!r}: replay_token_control runs with {list(LOSS_TYPES)}"
+            )
+        return control
 
     def adaptive_config(self) -> AdaptiveRolloutConfig:
         """`replay_adaptive` checked as `generation.adaptive` is in a run config, and against the

@@ -70,12 +70,6 @@ def trl_arguments(
             f"algorithm.aggregation = {a.aggregation!r}: backend 'trl' runs token_mean (loss_type "
             "'dapo')"
         )
-    if a.token_controls().active:
-        field = "token_control" if a.token_control != "off" else "positive_weight"
-        raise ConfigError(
-            f"algorithm.{field}: not with backend 'trl' (TRL computes its own loss); "
-            "runtime sync, threaded and ray apply it"
-        )
     if a.head_gate:
         raise ConfigError("algorithm.head_gate: not with backend 'trl' (TRL takes its own steps)")
     if g.dynamic_sampling:
@@ -130,6 +124,7 @@ def trl_arguments(
         replay_sampling_weights=a.use_sampling_weights,
         replay_correct_threshold=correct_threshold,
         replay_adaptive=dataclasses.asdict(g.adaptive),
+        replay_token_control=dataclasses.asdict(a.token_controls()),
     )
 
 

@@ -1,6 +1,6 @@
 """`ReplayGRPOTrainer`: TRL's `GRPOTrainer` with any llm-replay method deciding what is trained.
 
-It wraps TRL and copies none of it. Three methods are overridden, each calling `super()`:
+It wraps TRL and copies none of it. Five methods are overridden, each calling `super()`:
 
 - `_calculate_rewards` keeps the rewards TRL gathered (TRL's output carries only advantages, and
   positive-biased replay, RLEP and zero-variance replacement need rewards);
@@ -9,7 +9,10 @@ It wraps TRL and copies none of it. Three methods are overridden, each calling `
   a replayed row's ratio must be against the policy that generated it, never 1 by accident);
 - `_prepare_inputs` runs a round through the method: TRL generates and scores (its own code,
   shuffled as TRL shuffles), the round is gathered whole from every process, the method turns it
-  into micro-batches, and each micro-step trains the next one. TRL's loss reads them unchanged.
+  into micro-batches, and each micro-step trains the next one. TRL's loss reads them unchanged;
+- `_compute_loss` and `_get_per_token_logps_and_entropies` apply the token controls (Clip-Cov,
+  KL-Cov, a weight on replayed successes; `integrations.trl.token_control`) and log the
+  covariance of log-probs and advantages on fresh and reused rows, as our learner does.
 
 Replay ratio in TRL's terms: a micro-batch is `per_device_train_batch_size × processes` rows (B/GA),
 so a round of R = `generation_batch_size` rollouts feeds y·R/B optimizer steps. With the on-policy
@@ -48,6 +51,15 @@ from llm_replay.integrations.trl.rounds import (
     to_rollouts,
     to_trl_inputs,
 )
+from llm_replay.integrations.trl.token_control import (
+    BEHAVIOUR_KEY,
+    RAW_ADVANTAGES_KEY,
+    REUSED_KEY,
+    ControlledMicroBatch,
+    trl_aggregate,
+    weighted_advantages,
+)
+from llm_replay.learner import CovarianceSums, reused_rows
 from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
@@ -106,6 +118,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                     "would disagree on the sizes of TRL's collectives"
                 )
             self.adaptive = AdaptiveRollouts(a.adaptive)
+        self.token_control = a.token_control
+        self._controlled: ControlledMicroBatch | None = None
+        self._covariance = CovarianceSums()
+        self._treated: list[float] = []
+        self._control_generator: tuple[int, torch.Generator] | None = None
         self.last_round_reward = float("nan")
         self.rounds = 0
         self._round: Iterator[Sample] | None = None
@@ -163,6 +180,28 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 )
         return out
 
+    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        controlled, self._controlled = self._controlled, None
+        if controlled is not None and torch.is_grad_enabled():  # the loss's forward pass
+            controlled.treat(out[0])  # before TRL reads the advantages
+        return out
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> Any:
+        if REUSED_KEY not in inputs or not self.model.training:
+            return super()._compute_loss(model, inputs)
+        controlled = ControlledMicroBatch(self.token_control, inputs, self._clip_cov_generator())
+        self._controlled = controlled
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self._controlled = None
+        if controlled.logprobs is None:
+            raise RuntimeError("TRL's loss computed no log-probs through the trainer's hook")
+        self._record_control(controlled)
+        term = controlled.kl_term()
+        return loss if term is None else loss + self._reduce_like_trl(term, controlled)
+
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         if not self.model.training:
             return super()._prepare_inputs(generation_batch)  # type: ignore[no-any-return]
@@ -214,10 +253,48 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self._round = None
 
     # ------------------------------------------------------------------ rounds and micro-batches
+    def _clip_cov_generator(self) -> torch.Generator | None:
+        """One generator per optimizer step, seeded by the step: a resumed run picks the tokens
+        an unbroken one does."""
+        if self.token_control.mode != "clip_cov":
+            return None
+        step = int(self.state.global_step)
+        if self._control_generator is None or self._control_generator[0] != step:
+            seed = self.args.seed * 1_000_003 + step
+            self._control_generator = (step, torch.Generator().manual_seed(seed))
+        return self._control_generator[1]
+
+    def _record_control(self, controlled: ControlledMicroBatch) -> None:
+        assert controlled.logprobs is not None
+        inputs = controlled.inputs
+        self._covariance.add(
+            controlled.logprobs.detach(),
+            inputs[RAW_ADVANTAGES_KEY],
+            controlled.mask,
+            inputs[REUSED_KEY],
+        )
+        if self.token_control.mode != "off":
+            self._treated.append(controlled.treated_share())
+
+    def _reduce_like_trl(self, term: torch.Tensor, controlled: ControlledMicroBatch) -> Any:
+        a = self.args
+        return trl_aggregate(
+            term,
+            controlled.mask,
+            loss_type=str(self.loss_type),
+            accumulation=int(self.current_gradient_accumulation_steps),
+            max_completion_length=int(self.max_completion_length),
+            items=controlled.inputs.get("num_items_in_batch"),
+            processes=self.accelerator.num_processes,
+            steps_per_generation=int(a.steps_per_generation),
+        )
+
     @property
     def _needs_behaviour(self) -> bool:
-        """False where nothing reads them: AsymRE, and the on-policy queue with no option on,
-        where every row is trained once before the weights move (TRL's own shortcut)."""
+        """False where nothing reads them: AsymRE without KL-Cov, and the on-policy queue with no
+        option on, where every row is trained once before the weights move (TRL's shortcut)."""
+        if self.token_control.mode == "kl_cov":  # its term is against the behaviour
+            return True
         if self.args.replay_loss == "asymre":  # no ratio: the behaviour is never read
             return False
         if self.adaptive is not None:  # reused rows, and rounds of any size: the queue carries
@@ -331,8 +408,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             device=self.accelerator.device,
             tokens_scale=a.steps_per_generation,
             advantages=advantages,
-            with_behaviour=self._needs_behaviour and not asymre,
         )
+        behaviour = inputs.pop("old_per_token_logps")
+        if self._needs_behaviour and not asymre:
+            inputs["old_per_token_logps"] = behaviour
+        self._add_control_inputs(inputs, sample, rows, behaviour)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             # the stored behaviour is the engine's own log-probs: the ratio already corrects for it
             inputs["importance_sampling_ratio"] = torch.ones_like(
@@ -356,6 +436,20 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             self._metrics["train"][key].append(value)
         return inputs
 
+    def _add_control_inputs(
+        self, inputs: dict[str, Any], sample: Sample, rows: slice, behaviour: torch.Tensor
+    ) -> None:
+        """What the loss hooks read (`integrations.trl.token_control`), under keys TRL ignores."""
+        device = inputs["advantages"].device
+        reused = torch.from_numpy(reused_rows(sample)[rows]).to(device)
+        raw = torch.from_numpy(sample.advantages[rows].astype(np.float32)).to(device)
+        inputs[REUSED_KEY], inputs[RAW_ADVANTAGES_KEY] = reused, raw
+        inputs["advantages"] = weighted_advantages(
+            self.token_control, inputs["advantages"], raw, reused
+        )
+        if self.token_control.mode == "kl_cov":
+            inputs[BEHAVIOUR_KEY] = behaviour
+
     def replay_metrics(self) -> dict[str, float]:
         """The method's metrics (buffer size, …) and the compute counts, for TRL's logs."""
         out = {
@@ -373,6 +467,9 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         out["replay/rollouts_trained"] = float(c["rollouts_trained"])
         if self.meter.mu is not None:
             out["replay/mu"] = self.meter.mu
+        out.update(self._covariance.metrics())  # loss/cov_fresh, loss/cov_replayed: the last step
+        if self._treated:
+            out["loss/cov_treated"] = float(np.mean(self._treated))
         return out
 
 
@@ -404,6 +501,8 @@ class _StepTimer(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.started = time.perf_counter()
         self.generation_before = self.trainer._generation_seconds
+        self.trainer._covariance = CovarianceSums()
+        self.trainer._treated = []
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         t = self.trainer
