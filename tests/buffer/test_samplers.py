@@ -161,6 +161,27 @@ def test_fifo_is_oldest_first_and_queue_uses_each_once(rng: np.random.Generator)
         table.sample(1, timeout=0.01)
 
 
+def test_head_rows_is_the_oldest_items_rows_whatever_its_size(rng: np.random.Generator) -> None:
+    """An intake queue of work items of 4 groups each (block = 4 consecutive group ids), the
+    items of 6, 16 and 8 rows: the head is one item's rows, then the next one's."""
+    table = ReplayTable.queue(64, max_insert_batch=32, max_sample_batch=32)
+    assert table.head_rows(4) == 0
+    for item, (rows, size) in enumerate([(6, 2), (16, 4), (8, 2)]):
+        batch = make_batch(rng, rows, first_group=4 * item, group_size=size)
+        assert set(batch.group_ids // 4) == {item}
+        table.insert(batch)
+    for item, rows in enumerate([6, 16, 8]):
+        n = table.head_rows(4)
+        assert n == rows
+        drawn = table.sample_batch(n)
+        assert set((drawn.group_ids // 4).tolist()) == {item}
+    assert table.head_rows(4) == 0
+    with pytest.raises(ValueError, match="groups_per_block = 0"):
+        table.head_rows(0)
+    with pytest.raises(ValueError, match="'uniform' sampler has no fixed head"):
+        ReplayTable.uniform(8).head_rows(4)
+
+
 def test_positive_biased_keeps_the_delta_split() -> None:
     n, delta = 200, 0.5
     table = ReplayTable.positive_biased(n, delta=delta, seed=3)

@@ -15,7 +15,9 @@ import pytest
 
 from llm_replay.config import ConfigError
 from llm_replay.config.prompts import AdaptiveRolloutConfig
+from llm_replay.data.batch import RolloutBatch
 from llm_replay.generation import Generation, SamplingParams
+from llm_replay.methods.host import ReplayHost
 from llm_replay.metrics import ComputeMeter, read_log
 from llm_replay.runtime import SyncTrainer, build_trainer
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
@@ -175,9 +177,8 @@ def test_adaptive_knobs_and_what_they_do_not_combine_with(tmp_path: Path) -> Non
     on = "generation.adaptive.enabled=true"
     with pytest.raises(ConfigError, match="choose one"):
         tiny_config(None, tmp_path, on, "generation.dynamic_sampling=true")
-    with pytest.raises(ConfigError, match=r"runtime=threaded runs replay.method = 'positive'"):
-        tiny_config("auto", tmp_path, on, "runtime=threaded")  # rounds of a fixed size
-    assert tiny_config("on_policy", tmp_path, on, "runtime=threaded").generation.adaptive.enabled
+    for method in ("on_policy", "auto"):  # a table of the workers', and rounds of whole items
+        assert tiny_config(method, tmp_path, on, "runtime=threaded").generation.adaptive.enabled
     with pytest.raises(ConfigError, match="not with preference"):
         tiny_config("dpo", tmp_path, on)
     for method in ("rlep", "compute_optimal"):
@@ -215,6 +216,35 @@ def test_threaded_workers_sample_in_stages_each_with_its_own_cache(tmp_path: Pat
     assert not any("adaptive/reused_total" in r for r in log)  # no run totals from a worker
     caches = [w.adaptive for w in trainer.workers]
     assert all(c is not None for c in caches) and caches[0] is not caches[1]
+
+
+def test_threaded_rounds_are_whole_work_items(tmp_path: Path, monkeypatch) -> None:
+    """The suite's candidate (options on: the learner runs it in rounds) on two workers: each
+    round the method composes is one work item, every prompt's group whole."""
+    rounds: list[RolloutBatch] = []
+    compose = ReplayHost.round
+
+    def spy(self: ReplayHost, fresh: RolloutBatch, **kwargs: Any) -> Any:
+        rounds.append(fresh)
+        return compose(self, fresh, **kwargs)
+
+    monkeypatch.setattr(ReplayHost, "round", spy)
+    config = tiny_config(
+        "auto_kl_cov_ar3po", tmp_path, "runtime=threaded", "train.iterations=4",
+        "task.train_size=8", "workers.count=2",
+    )  # fmt: skip
+    build_trainer(config).run()
+    prompts, group = config.generation.prompts_per_step, config.generation.group_size
+    assert len(rounds) == 4
+    sizes = []
+    for fresh in rounds:
+        groups, counts = np.unique(fresh.group_ids, return_counts=True)
+        assert len(groups) == prompts and len(set(groups // prompts)) == 1  # one item
+        assert all(2 <= c <= group and c % 2 == 0 for c in counts)  # whole stages of 2
+        sizes.append(len(fresh))
+    assert min(sizes) < prompts * group  # some prompts stopped early: rounds of varying size
+    log = [r for r in read_log(tmp_path) if r["kind"] == "train"]
+    assert any(r.get("loss/cov_treated", 0) > 0 for r in log)  # KL-Cov on the replayed rows
 
 
 def test_a_resumed_run_reuses_what_the_uninterrupted_one_does(tmp_path: Path) -> None:

@@ -231,13 +231,15 @@ def test_the_replay_controller_reads_a_learner_statistic_on_ray(tmp_path: Path) 
 
 
 def test_generation_actors_sample_in_adaptive_stages_on_ray(tmp_path: Path) -> None:
+    """The suite's candidate on Ray: options on, so the learner takes rounds from the intake
+    actor, each one work item whole however many rows its adaptive groups came to."""
     config = tiny_config(
-        "on_policy", tmp_path, *RAY_CPUS, "runtime=ray", "train.iterations=3",
-        "generation.adaptive.enabled=true", "generation.adaptive.stage_size=2",
+        "auto_kl_cov_ar3po", tmp_path, *RAY_CPUS, "runtime=ray", "train.iterations=3",
     )  # fmt: skip
     summary = build_trainer(config).run()
     counts = summary["counts"]
     per_prompt = counts["rollouts_generated"] / counts["prompts_generated"]
     assert 2 <= per_prompt < config.generation.group_size
+    assert counts["prompts_generated"] >= 3 * config.generation.prompts_per_step
     log = [r for r in read_log(tmp_path) if r["kind"] == "train"]
-    assert all("adaptive/rollouts_per_prompt" in r for r in log)
+    assert len(log) == 3 and all("adaptive/rollouts_per_prompt" in r for r in log)

@@ -356,14 +356,6 @@ class Config:
                     f"runtime={self.runtime} (its checkpoints do not carry the gate yet)"
                 )
             table_mode = async_mode(method, bool(self.replay.enabled_options())) == "table"
-            if self.generation.adaptive.enabled and not table_mode:
-                raise ConfigError(
-                    f"generation.adaptive.enabled = true: runtime={self.runtime} runs "
-                    f"replay.method = {self.replay.method!r} with its options in rounds of "
-                    "exactly generation.rollouts_per_step rows, and adaptive work items vary in "
-                    "size, so a round would cut a group; use runtime=sync, or a method without "
-                    "options (on_policy, uniform, positive, ...)"
-                )
             if self.replay.init_from is not None and table_mode:
                 raise ConfigError(
                     f"replay.init_from: runtime={self.runtime} feeds method "

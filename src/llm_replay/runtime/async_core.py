@@ -57,8 +57,17 @@ class LocalTable:
     def sample(self, batch_size: int) -> tuple[Sample, float, float]:
         return self._draw(batch_size, self.table.sample)
 
-    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
-        return self._draw(size, self.table.sample_batch)
+    def take_round(
+        self, size: int, groups_per_item: int | None = None
+    ) -> tuple[RolloutBatch, float, float]:
+        idle = 0.0
+        if groups_per_item is not None:  # the oldest work item's rows, however many
+            start = time.perf_counter()
+            self.table.wait_for_sample(1)
+            idle = time.perf_counter() - start
+            size = self.table.head_rows(groups_per_item)
+        drawn, waited, seconds = self._draw(size, self.table.sample_batch)
+        return drawn, idle + waited, seconds
 
     def _draw(self, n: int, draw: Callable[..., T]) -> tuple[T, float, float]:
         idle = 0.0

@@ -10,7 +10,8 @@ string in every place it mattered; each mode is now a `Feed` that owns those pla
   and the signals record the step (the method's state lives with the table, so its metrics are
   its signals' and a checkpoint saves nothing beside the table).
 - `RoundsFeed` ("rounds"): the workers deliver rounds to an intake queue, at most
-  `max(2, workers.count)` rounds ahead; a logged iteration is one round, composed into batches
+  `max(2, workers.count)` rounds ahead; a logged iteration is one round (`rollouts_per_step`
+  rows, or under adaptive rollouts one work item's rows, whole groups), composed into batches
   by the method and its options exactly as in the sync loop, through the method's `ReplayHost`;
   after each step the host records it and moves its version; the metrics are the host's, and a
   checkpoint saves the method's state under `replay/method/`.
@@ -46,9 +47,13 @@ class TableClient(Protocol):
         """(sample, seconds blocked by the limiter, seconds of table work and transfer)."""
         ...
 
-    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+    def take_round(
+        self, size: int, groups_per_item: int | None = None
+    ) -> tuple[RolloutBatch, float, float]:
         """The next round from the intake queue of "rounds" mode, as rows (padding happens at
-        the learner), with the same two timings as `sample`."""
+        the learner), with the same two timings as `sample`: `size` rows, or with
+        `groups_per_item` the oldest work item's rows (`ReplayTable.head_rows`), however many
+        its adaptive groups came to."""
         ...
 
     def set_policy_version(self, version: int) -> None: ...
@@ -161,6 +166,8 @@ class RoundsFeed(Feed):
     def __init__(self, config: Config, host: ReplayHost) -> None:
         super().__init__(config, host)
         self.round_size = config.generation.rollouts_per_step
+        g = config.generation  # adaptive items vary in size: a round is one item, whole
+        self.groups_per_item = g.prompts_per_step if g.adaptive.enabled else None
 
     @classmethod
     def build_table(cls, config: Config) -> ReplayTable:
@@ -176,7 +183,7 @@ class RoundsFeed(Feed):
     def draws(
         self, client: TableClient, *, mu: float | None = None, progress: float | None = None
     ) -> Iterator[Draw]:
-        fresh, idle, table_seconds = client.take_round(self.round_size)
+        fresh, idle, table_seconds = client.take_round(self.round_size, self.groups_per_item)
         batches = self.host.round(fresh, mu=mu, progress=progress)
         while True:
             start = time.perf_counter()

@@ -73,9 +73,19 @@ class TableActor:
         """(sample, seconds blocked by the limiter, seconds inside the table)."""
         return self._timed(batch_size, self.table.sample)
 
-    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
-        """The next round of the intake queue as rows, with the same timings as `sample`."""
-        return self._timed(size, self.table.sample_batch)
+    def take_round(
+        self, size: int, groups_per_item: int | None = None
+    ) -> tuple[RolloutBatch, float, float]:
+        """The next round of the intake queue as rows (`size` of them, or with `groups_per_item`
+        the oldest work item's), with the same timings as `sample`."""
+        idle = 0.0
+        if groups_per_item is not None:
+            start = time.perf_counter()
+            self.table.wait_for_sample(1)
+            idle = time.perf_counter() - start
+            size = self.table.head_rows(groups_per_item)
+        drawn, waited, seconds = self._timed(size, self.table.sample_batch)
+        return drawn, idle + waited, seconds
 
     def _timed(self, n: int, draw: Callable[[int], T]) -> tuple[T, float, float]:
         start = time.perf_counter()
@@ -138,11 +148,13 @@ class RemoteTable:
         sample, idle, _ = ray.get(self.actor.sample.remote(batch_size))
         return sample, idle, time.perf_counter() - call - idle  # table work, call and transfer
 
-    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+    def take_round(
+        self, size: int, groups_per_item: int | None = None
+    ) -> tuple[RolloutBatch, float, float]:
         import ray
 
         call = time.perf_counter()
-        fresh, idle, _ = ray.get(self.actor.take_round.remote(size))
+        fresh, idle, _ = ray.get(self.actor.take_round.remote(size, groups_per_item))
         return fresh, idle, time.perf_counter() - call - idle
 
     def set_policy_version(self, version: int) -> None:

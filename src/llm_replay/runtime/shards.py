@@ -297,7 +297,9 @@ class ShardedClient:
         sample = keyed[0] if len(keyed) == 1 else Sample.concat(keyed)
         return sample, idle, time.perf_counter() - call - idle
 
-    def take_round(self, size: int) -> tuple[RolloutBatch, float, float]:
+    def take_round(
+        self, size: int, groups_per_item: int | None = None
+    ) -> tuple[RolloutBatch, float, float]:
         raise RuntimeError(  # config checks refuse it first (`Config._check_shards`)
             "sharded tables serve the methods whose table the workers fill, not runs in rounds"
         )
