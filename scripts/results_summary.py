@@ -43,7 +43,7 @@ ROWS = (
         "chain_sum, to on-policy's plateau",
         "experiment_plateau/against_on_policy_2x",
         "auto_kl_cov_ar3po",
-        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38, one seed)",
+        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
     (
         "spell_backward, 3.6·10⁷ on μ = 5",
