@@ -20,6 +20,7 @@ from llm_replay.integrations.trl.token_control import (
     LOSS_TYPES,
     RAW_ADVANTAGES_KEY,
     REUSED_KEY,
+    WEIGHTS_KEY,
     trl_aggregate,
 )
 
@@ -34,8 +35,9 @@ class Captured(ReplayGRPOTrainer):
         return super()._compute_loss(model, inputs)
 
 
-def trainer_after_one_step(tmp_path: Path, **extra: Any) -> Captured:
-    config = ReplayGRPOConfig(**settings(tmp_path, max_steps=1, **extra))
+def trained_trainer(tmp_path: Path, **extra: Any) -> Captured:
+    """A trainer after `max_steps` (default 1) steps, its model in training mode."""
+    config = ReplayGRPOConfig(**settings(tmp_path, **{"max_steps": 1, **extra}))
     trainer = build(config, Captured)
     trainer.train()
     trainer.model.train()
@@ -69,7 +71,7 @@ def test_the_kl_cov_term_is_reduced_as_trl_reduces_its_loss(
     extra: dict[str, Any] = {"loss_type": loss_type, "gradient_accumulation_steps": accumulation}
     if accumulation > 1:
         extra["per_device_train_batch_size"] = 8
-    trainer = trainer_after_one_step(tmp_path, **extra)
+    trainer = trained_trainer(tmp_path, **extra)
     inputs = dict(trainer.seen[-1])
     inputs.pop("old_per_token_logps", None)
     rows = len(inputs["advantages"])  # group advantages sum to 0; these do not
@@ -122,7 +124,7 @@ def test_a_control_gives_our_learners_gradient(tmp_path: Path, name: str, loss: 
     gradient without it."""
     fields, ours_name = LOSSES[loss]
     control = CONTROLS[name]
-    trainer = trainer_after_one_step(tmp_path, replay_token_control=control, **fields)
+    trainer = trained_trainer(tmp_path, replay_token_control=control, **fields)
     inputs = dict(trainer.seen[-1])
     assert inputs[REUSED_KEY].dtype == torch.bool
     mask = inputs["completion_mask"].float()
@@ -159,6 +161,42 @@ def test_a_control_gives_our_learners_gradient(tmp_path: Path, name: str, loss: 
     assert (theirs - without).abs().max() > 1e-6  # the control changed the gradient
 
 
+def test_kl_cov_on_replayed_rows_with_sampling_weights_gives_our_learners_gradient(
+    tmp_path: Path,
+) -> None:
+    """The preset's `rows: replayed` on a replayed micro-batch, each row weighted by a sampling
+    weight (on the policy term through its advantage, on KL-Cov's term directly)."""
+    trainer = trained_trainer(
+        tmp_path,
+        max_steps=4,
+        replay_method="uniform",
+        replay_knobs={"capacity": 64, "replay_ratio": 2},
+        replay_token_control={"mode": "kl_cov", "fraction": 0.3},
+    )
+    inputs = dict(trainer.seen[-1])
+    reused = inputs[REUSED_KEY]
+    assert reused.any()  # rows trained before are in the batch
+    mask = inputs["completion_mask"].float()
+    noise = torch.randn(mask.shape, generator=torch.Generator().manual_seed(2))
+    inputs[BEHAVIOUR_KEY] = inputs["old_per_token_logps"] = inputs[BEHAVIOUR_KEY] + 0.05 * noise
+    weights = torch.linspace(0.5, 1.5, len(reused))
+    inputs[WEIGHTS_KEY] = weights
+    inputs["advantages"] = inputs[RAW_ADVANTAGES_KEY] * weights
+    theirs = gradient(trainer, trainer._compute_loss(trainer.model, dict(inputs)))
+    current = logprobs(trainer, inputs)
+    value, _ = policy_loss(
+        build_loss("grpo"), current, inputs[BEHAVIOUR_KEY], inputs[RAW_ADVANTAGES_KEY], mask,
+        weights=weights, aggregation="token_mean",
+        denominator=float(inputs["num_items_in_batch"]),
+        control=TokenControl(mode="kl_cov", fraction=0.3), control_rows=reused,
+    )  # fmt: skip
+    torch.testing.assert_close(theirs, gradient(trainer, value), rtol=1e-4, atol=1e-7)
+    unweighted = dict(inputs)
+    unweighted.pop(WEIGHTS_KEY)
+    other = gradient(trainer, trainer._compute_loss(trainer.model, unweighted))
+    assert (theirs - other).abs().max() > 1e-6  # the weights reach KL-Cov's term
+
+
 # ---------------------------------------------------------------------- in training
 def test_kl_cov_on_reused_rows_trains_and_logs_the_covariance(tmp_path: Path) -> None:
     config = ReplayGRPOConfig(
@@ -181,7 +219,7 @@ def test_kl_cov_on_reused_rows_trains_and_logs_the_covariance(tmp_path: Path) ->
 
 
 def test_without_a_control_the_covariance_is_still_logged(tmp_path: Path) -> None:
-    trainer = trainer_after_one_step(tmp_path)
+    trainer = trained_trainer(tmp_path)
     assert "loss/cov_fresh" in trainer.replay_metrics()
     assert "loss/cov_treated" not in trainer.replay_metrics()
 
@@ -192,6 +230,10 @@ def test_without_a_control_the_covariance_is_still_logged(tmp_path: Path) -> Non
         ({"replay_token_control": {"mode": "kl_cv"}}, r"replay_token_control\.mode = 'kl_cv'"),
         ({"replay_token_control": {"fracton": 0.1}}, r"replay_token_control\.fracton: unknown"),
         ({"replay_token_control": {"fraction": 2}}, r"replay_token_control\.fraction = 2"),
+        (
+            {"replay_token_control": {"coef": "1"}},
+            r"replay_token_control\.coef = '1': expected a number",
+        ),
         ({"replay_token_control": "{bad"}, r"replay_token_control: not valid JSON"),
         (
             {"replay_token_control": {"mode": "kl_cov"}, "loss_type": "sapo"},

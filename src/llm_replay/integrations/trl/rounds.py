@@ -171,15 +171,14 @@ def to_trl_inputs(
     device: torch.device | str,
     tokens_scale: float = 1.0,
     advantages: np.ndarray | None = None,
-    with_behaviour: bool = True,
 ) -> dict[str, Tensor]:
     """Rows `rows` of a drawn sample in the layout `GRPOTrainer._compute_loss` reads.
 
     `num_items_in_batch` is the completion tokens of the whole drawn batch (every process's rows)
     times `tokens_scale` (TRL rescales it by gradient_accumulation_steps / steps_per_generation
     for the DAPO/CISPO normalisers). `advantages` overrides the stored ones (AsymRE's shift,
-    sampling weights); `with_behaviour=False` leaves `old_per_token_logps` out, so TRL takes the
-    ratio against the current policy (exactly 1; REINFORCE-style losses).
+    sampling weights). `old_per_token_logps` is always filled; a caller whose loss takes the ratio
+    against the current policy (AsymRE: exactly 1) removes it.
     """
     ids = sample.input_ids[rows]
     p = sample.prompt_lengths[rows].astype(np.int64)
@@ -215,6 +214,5 @@ def to_trl_inputs(
         "advantages": torch.from_numpy(np.asarray(adv, dtype=np.float32)).to(device),
         "num_items_in_batch": torch.tensor(round(tokens * tokens_scale), device=device),
     }
-    if with_behaviour:
-        out["old_per_token_logps"] = torch.from_numpy(behaviour).to(device)
+    out["old_per_token_logps"] = torch.from_numpy(behaviour).to(device)
     return out

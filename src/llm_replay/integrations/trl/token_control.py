@@ -16,8 +16,9 @@ reaches it through what TRL already reads, and only one term is added beside it:
   TRL normalises its per-token loss for the configured `loss_type` (`trl_aggregate`; tested
   against TRL's own loss for every loss type allowed here).
 
-The chosen rows, raw advantages and behaviour log-probs travel in the micro-batch under `replay_*`
-keys, which TRL's loss does not read; with AsymRE the behaviour log-probs stay out of
+The chosen rows, raw advantages, behaviour log-probs and (with `replay_sampling_weights`) the
+rows' sampling weights travel in the micro-batch under `replay_*` keys, which TRL's loss does not
+read; with AsymRE the behaviour log-probs stay out of
 `old_per_token_logps`, so TRL's ratio is still 1.
 """
 
@@ -32,19 +33,23 @@ from torch import Tensor
 from llm_replay.algorithms.token_control import TokenControl, TokenControlError
 
 LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo")
-REUSED_KEY, RAW_ADVANTAGES_KEY, BEHAVIOUR_KEY = (
+REUSED_KEY, RAW_ADVANTAGES_KEY, BEHAVIOUR_KEY, WEIGHTS_KEY = (
     "replay_reused",
     "replay_raw_advantages",
     "replay_behaviour_logps",
+    "replay_sampling_weights",
 )
+NUMBERS = ("fraction", "coef", "low", "high", "positive_weight")
 
 
 def control_from(value: dict[str, Any]) -> TokenControl:
     """`replay_token_control` as a `TokenControl`; a wrong field is named in the error."""
     known = {f.name for f in fields(TokenControl)}
-    for key in value:
+    for key, given in value.items():
         if key not in known:
             raise ValueError(f"replay_token_control.{key}: unknown; choose from {sorted(known)}")
+        if key in NUMBERS and (isinstance(given, bool) or not isinstance(given, int | float)):
+            raise ValueError(f"replay_token_control.{key} = {given!r}: expected a number")
     try:
         return TokenControl(**value)
     except TokenControlError as error:  # its message starts with the field's name
@@ -128,7 +133,9 @@ class ControlledMicroBatch:
             return None
         behaviour: Tensor = self.inputs[BEHAVIOUR_KEY]
         gap = (self.logprobs - behaviour).abs()
-        return self.control.coef * gap * self.treated.to(gap.dtype)
+        term = self.control.coef * torch.where(self.treated, gap, torch.zeros_like(gap))
+        weights = self.inputs.get(WEIGHTS_KEY)  # sampling weights: the row's loss is weighted
+        return term if weights is None else term * weights[:, None]
 
     def treated_share(self) -> float:
         if self.treated is None:

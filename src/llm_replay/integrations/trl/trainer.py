@@ -55,6 +55,7 @@ from llm_replay.integrations.trl.token_control import (
     BEHAVIOUR_KEY,
     RAW_ADVANTAGES_KEY,
     REUSED_KEY,
+    WEIGHTS_KEY,
     ControlledMicroBatch,
     trl_aggregate,
     weighted_advantages,
@@ -251,6 +252,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 )
             self.adaptive.load_state(state["adaptive"])
         self._round = None
+        self._control_generator = None
 
     # ------------------------------------------------------------------ rounds and micro-batches
     def _clip_cov_generator(self) -> torch.Generator | None:
@@ -393,11 +395,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     def _micro_batch(self, sample: Sample) -> dict[str, Any]:
         a = self.args
         advantages = sample.advantages.astype(np.float64)
-        if a.replay_sampling_weights:
-            advantages = advantages * sample.importance_weights
         asymre = a.replay_loss == "asymre"
         if asymre:
             advantages = advantages - a.replay_delta_v
+        if a.replay_sampling_weights:  # a weight on the row's whole loss, as our learner's
+            advantages = advantages * sample.importance_weights
         rows = process_rows(
             len(sample), self.accelerator.num_processes, self.accelerator.process_index
         )
@@ -412,7 +414,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         behaviour = inputs.pop("old_per_token_logps")
         if self._needs_behaviour and not asymre:
             inputs["old_per_token_logps"] = behaviour
-        self._add_control_inputs(inputs, sample, rows, behaviour)
+        weights = sample.importance_weights if a.replay_sampling_weights else None
+        self._add_control_inputs(inputs, sample, rows, behaviour, weights)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             # the stored behaviour is the engine's own log-probs: the ratio already corrects for it
             inputs["importance_sampling_ratio"] = torch.ones_like(
@@ -437,7 +440,12 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         return inputs
 
     def _add_control_inputs(
-        self, inputs: dict[str, Any], sample: Sample, rows: slice, behaviour: torch.Tensor
+        self,
+        inputs: dict[str, Any],
+        sample: Sample,
+        rows: slice,
+        behaviour: torch.Tensor,
+        weights: np.ndarray | None,
     ) -> None:
         """What the loss hooks read (`integrations.trl.token_control`), under keys TRL ignores."""
         device = inputs["advantages"].device
@@ -449,6 +457,8 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         )
         if self.token_control.mode == "kl_cov":
             inputs[BEHAVIOUR_KEY] = behaviour
+            if weights is not None:  # the term is weighted as the row's loss is
+                inputs[WEIGHTS_KEY] = torch.from_numpy(weights[rows].astype(np.float32)).to(device)
 
     def replay_metrics(self) -> dict[str, float]:
         """The method's metrics (buffer size, …) and the compute counts, for TRL's logs."""
@@ -510,6 +520,7 @@ class _StepTimer(TrainerCallback):
         t.meter.add_seconds("training", max(0.0, time.perf_counter() - self.started - generation))
         t.meter.add(gradient_steps=1)
         if t.last_sample is not None:
-            t.host.after_step(t.last_sample, trl_step_metrics(t._metrics["train"]))
+            step = {**trl_step_metrics(t._metrics["train"]), **t._covariance.metrics()}
+            t.host.after_step(t.last_sample, step)
         for key, value in t.replay_metrics().items():
             t._metrics["train"][key] = [value]  # a running total: log the latest, not a mean
