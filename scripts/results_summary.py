@@ -64,10 +64,22 @@ ROWS = (
         "on-policy with AR3PO's adaptive rollouts and response reuse (issue #38, one seed)",
     ),
     (
+        "spell_backward, 3.6·10⁷ on μ = 5",
+        "experiment_spell/against_on_policy_4x",
+        "auto_kl_cov_ar3po",
+        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+    ),
+    (
         "inside TRL's GRPOTrainer, chain_sum",
         "experiment_trl",
         "trl_positive",
         "positive-biased replay + AsymRE",
+    ),
+    (
+        "inside TRL's GRPOTrainer, chain_sum",
+        "experiment_trl/auto_kl_cov_ar3po",
+        "trl_auto_kl_cov_ar3po",
+        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
 )
 
