@@ -36,12 +36,6 @@ ROWS = (
     (
         "chain_sum, to on-policy's plateau",
         "experiment_plateau/against_on_policy_2x",
-        "ar3po",
-        "on-policy with AR3PO's adaptive rollouts and response reuse (issue #38)",
-    ),
-    (
-        "chain_sum, to on-policy's plateau",
-        "experiment_plateau/against_on_policy_2x",
         "auto_kl_cov_ar3po",
         "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
