@@ -25,7 +25,7 @@ from llm_replay.data.batch import RolloutBatch
 from llm_replay.learner import Learner, sample_metrics
 from llm_replay.methods.host import ReplayHost
 from llm_replay.metrics import ComputeMeter, RoleClock
-from llm_replay.runtime.feeds import Feed, TableClient, feed_class
+from llm_replay.runtime.feeds import Feed, TableClient, feed_class, oldest_item_rows
 
 T = TypeVar("T")
 
@@ -62,10 +62,7 @@ class LocalTable:
     ) -> tuple[RolloutBatch, float, float]:
         idle = 0.0
         if groups_per_item is not None:  # the oldest work item's rows, however many
-            start = time.perf_counter()
-            self.table.wait_for_sample(1)
-            idle = time.perf_counter() - start
-            size = self.table.head_rows(groups_per_item)
+            size, idle = oldest_item_rows(self.table, groups_per_item)
         drawn, waited, seconds = self._draw(size, self.table.sample_batch)
         return drawn, idle + waited, seconds
 

@@ -59,6 +59,14 @@ class TableClient(Protocol):
     def set_policy_version(self, version: int) -> None: ...
 
 
+def oldest_item_rows(table: ReplayTable, groups_per_item: int) -> tuple[int, float]:
+    """Wait for the intake queue to hold a row, then (the oldest work item's row count, seconds
+    waited): the size of a round under adaptive rollouts, whose items vary (`RoundsFeed`)."""
+    start = time.perf_counter()
+    table.wait_for_sample(1)  # TableClosed when the run stops
+    return table.head_rows(groups_per_item), time.perf_counter() - start
+
+
 def steps_per_iteration(config: Config) -> int:
     """Gradient steps per logged iteration of a `TableFeed`: as many as a sync iteration takes on
     average (a `RoundsFeed` takes each round's own batches)."""

@@ -28,7 +28,7 @@ from llm_replay.runtime.adaptive_rollouts import worker_adaptive
 from llm_replay.runtime.async_core import AsyncLearner, limiter_metrics
 from llm_replay.runtime.checkpoint import load_learner_files, save_learner_files
 from llm_replay.runtime.components import Policy, build_learner_parts, table_spec
-from llm_replay.runtime.feeds import TableClient, build_async_table
+from llm_replay.runtime.feeds import TableClient, build_async_table, oldest_item_rows
 from llm_replay.runtime.ingest import IngestGate, WorkItem, make_item
 from llm_replay.runtime.layout import METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.shards import ShardedClient
@@ -80,10 +80,7 @@ class TableActor:
         the oldest work item's), with the same timings as `sample`."""
         idle = 0.0
         if groups_per_item is not None:
-            start = time.perf_counter()
-            self.table.wait_for_sample(1)
-            idle = time.perf_counter() - start
-            size = self.table.head_rows(groups_per_item)
+            size, idle = oldest_item_rows(self.table, groups_per_item)
         drawn, waited, seconds = self._timed(size, self.table.sample_batch)
         return drawn, idle + waited, seconds
 

@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import TrainerCallback
 from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
@@ -40,6 +39,7 @@ from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.integrations.trl.adaptive import TRLStages, one_input_per_prompt, shuffled
+from llm_replay.integrations.trl.callbacks import StepTimer
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
 from llm_replay.integrations.trl.rounds import (
     behaviour_logprobs,
@@ -133,7 +133,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self.last_sample: Sample | None = None
         self.progress_override: float | None = None  # set by a front end that owns the budget
         self.reward_version = 0
-        self.add_callback(_StepTimer(self))
+        self.add_callback(StepTimer(self))
 
     def budget_progress(self) -> float | None:
         """How far through training the run is, for the method's signals: what the front end
@@ -481,46 +481,3 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if self._treated:
             out["loss/cov_treated"] = float(np.mean(self._treated))
         return out
-
-
-TRL_STEP_METRICS = {  # TRL's metric: ours (what the method's signals read)
-    "entropy": "loss/entropy",
-    "clip_ratio/region_mean": "loss/clip_fraction",
-}
-
-
-def trl_step_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """The last optimizer step's learner statistics from TRL's metrics, under our names. TRL
-    reports no behaviour KL or ratio moments, so those are absent from the signals under TRL."""
-    return {
-        ours: float(metrics[theirs][-1])
-        for theirs, ours in TRL_STEP_METRICS.items()
-        if metrics.get(theirs)
-    }
-
-
-class _StepTimer(TrainerCallback):
-    """Charges each optimizer step's wall time, less the generation inside it, to training, and
-    adds the method's metrics to TRL's logged metrics on every step."""
-
-    def __init__(self, trainer: ReplayGRPOTrainer) -> None:
-        self.trainer = trainer
-        self.started = 0.0
-        self.generation_before = 0.0
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.started = time.perf_counter()
-        self.generation_before = self.trainer._generation_seconds
-        self.trainer._covariance = CovarianceSums()
-        self.trainer._treated = []
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        t = self.trainer
-        generation = t._generation_seconds - self.generation_before
-        t.meter.add_seconds("training", max(0.0, time.perf_counter() - self.started - generation))
-        t.meter.add(gradient_steps=1)
-        if t.last_sample is not None:
-            step = {**trl_step_metrics(t._metrics["train"]), **t._covariance.metrics()}
-            t.host.after_step(t.last_sample, step)
-        for key, value in t.replay_metrics().items():
-            t._metrics["train"][key] = [value]  # a running total: log the latest, not a mean
