@@ -1,4 +1,4 @@
-"""Reading stored rollouts by key and by prompt, as a part of `ReplayTable` (mixed in).
+"""Reading stored rollouts by key, at the head and by prompt, as a part of `ReplayTable` (mixed in).
 
 Two shapes come out of a table. A `Sample` is learner-ready (padded arrays plus per-rollout
 bookkeeping) and is what `sample`, `take` and `get` return; a `RolloutBatch` is the rows
@@ -20,6 +20,7 @@ from llm_replay.buffer.eviction import EvictionPolicy
 from llm_replay.buffer.gather import PinnedRows
 from llm_replay.buffer.prompt_index import PromptIndex, prompt_key
 from llm_replay.buffer.sample import Sample
+from llm_replay.buffer.samplers import Sampler
 from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.data.batch import RolloutBatch
 
@@ -32,6 +33,7 @@ class TableRows:
 
     storage: RolloutStorage
     eviction: EvictionPolicy
+    sampler: Sampler
     _cond: threading.Condition
     _prompt_index: PromptIndex | None
 
@@ -98,6 +100,26 @@ class TableRows:
         if count:
             self._evict(self.eviction.for_times_sampled(self.storage, hit), "max_times_sampled")
         return pin, rows, columns, found
+
+    # ----------------------------------------------------------------- at the head
+    def head_rows(self, groups_per_block: int) -> int:
+        """How many rows at the head of a FIFO table (those the next draw returns) have group ids
+        in the same block of `groups_per_block` consecutive ids as the first: in a run's intake
+        queue, whose work items each hold one such block and are inserted whole, the rows of the
+        oldest item. 0 when the table is empty."""
+        if isinstance(groups_per_block, bool) or not isinstance(groups_per_block, int):
+            raise TypeError(f"groups_per_block = {groups_per_block!r}: expected an int")
+        if groups_per_block < 1:
+            raise ValueError(f"groups_per_block = {groups_per_block}: must be >= 1")
+        if self.sampler.name != "fifo":
+            raise ValueError(f"head_rows: the {self.sampler.name!r} sampler has no fixed head")
+        with self._cond:
+            slots = self.storage.oldest(self.storage.size)
+            if len(slots) == 0:
+                return 0
+            blocks = self.storage.group_id[slots] // groups_per_block
+            later = np.flatnonzero(blocks != blocks[0])
+            return int(later[0]) if len(later) else len(slots)
 
     # ----------------------------------------------------------------- by prompt
     def keys_for_prompt(self, prompt: bytes | npt.ArrayLike) -> I64:

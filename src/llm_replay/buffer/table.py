@@ -396,25 +396,6 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
             f"insert of {m} rollouts",
         )
 
-    def head_rows(self, groups_per_block: int) -> int:
-        """How many rows at the head of a FIFO table (those the next draw returns) have group ids
-        in the same block of `groups_per_block` consecutive ids as the first: in a run's intake
-        queue, whose work items each hold one such block and are inserted whole, the rows of the
-        oldest item. 0 when the table is empty."""
-        if isinstance(groups_per_block, bool) or not isinstance(groups_per_block, int):
-            raise TypeError(f"groups_per_block = {groups_per_block!r}: expected an int")
-        if groups_per_block < 1:
-            raise ValueError(f"groups_per_block = {groups_per_block}: must be >= 1")
-        if self.sampler.name != "fifo":
-            raise ValueError(f"head_rows: the {self.sampler.name!r} sampler has no fixed head")
-        with self._cond:
-            slots = self.storage.oldest(self.size)
-            if len(slots) == 0:
-                return 0
-            blocks = self.storage.group_id[slots] // groups_per_block
-            later = np.flatnonzero(blocks != blocks[0])
-            return int(later[0]) if len(later) else len(slots)
-
     def wait_for_sample(self, n: int, *, timeout: float | None = None) -> bool:
         """Block until a sample of `n` rollouts would be admitted; False on timeout."""
         m = batch_size_arg(n)

@@ -107,11 +107,10 @@ class ControlledMicroBatch:
     generator: torch.Generator | None = None
     treated: Tensor | None = None
     logprobs: Tensor | None = field(default=None, repr=False)
+    mask: Tensor = field(init=False, repr=False)
 
-    @property
-    def mask(self) -> Tensor:
-        mask: Tensor = self.inputs["completion_mask"]
-        return mask.to(torch.float32)
+    def __post_init__(self) -> None:
+        self.mask = self.inputs["completion_mask"].to(torch.float32)
 
     def treat(self, logprobs: Tensor) -> None:
         """Choose the tokens on the current log-probs; Clip-Cov zeroes their advantages."""
