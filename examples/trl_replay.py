@@ -1,11 +1,12 @@
 """A TRL GRPO script on replay: the recommended `auto` recipe inside trl.GRPOTrainer (positive-
-biased replay with AsymRE, annealed to on-policy between 10% and 60% of max_steps).
+biased replay with AsymRE annealed to on-policy between 10% and 60% of max_steps, KL-Cov on the
+reused rows' top 5% tokens by covariance, AR3PO's adaptive rollouts).
 
     python examples/trl_replay.py                  # 60 optimizer steps, ~1 minute on 2 CPU cores
     python examples/trl_replay.py --steps 4        # a shorter run (the test suite's)
+    python examples/trl_replay.py --method positive_schedule   # the schedule alone (verl's)
     python examples/trl_replay.py --method uniform --knobs '{"replay_ratio": 4}'
     python examples/trl_replay.py --method on_policy --adaptive   # AR3PO's adaptive rollouts
-    python examples/trl_replay.py --adaptive --kl-cov  # auto_kl_cov_ar3po, issue #38's candidate
 
 Everything TRL-specific is TRL's own: the dataset with a "prompt" column, a reward function over
 decoded completions, GRPOConfig fields. llm-replay adds the two `replay_*` fields (and, for AsymRE,
@@ -28,10 +29,14 @@ parser.add_argument("--steps", type=int, default=60, help="optimizer steps (defa
 parser.add_argument("--method", default="auto", help="a recipe or method (`llm-replay methods`)")
 parser.add_argument("--knobs", default="{}", help="the method's knobs, JSON")
 parser.add_argument(
-    "--adaptive", action="store_true", help="AR3PO: 2 completions a stage, more only if unsolved"
+    "--adaptive",
+    action="store_true",
+    help="AR3PO: 2 completions a stage, more only if unsolved (`auto` turns it on itself)",
 )
 parser.add_argument(
-    "--kl-cov", action="store_true", help="KL-Cov on the reused rows' top 5%% tokens by covariance"
+    "--kl-cov",
+    action="store_true",
+    help="KL-Cov on the reused rows' top 5%% tokens by covariance (`auto` turns it on itself)",
 )
 options = parser.parse_args()
 
@@ -52,7 +57,7 @@ def verified(completions: list[str], problem: list[int], **_: object) -> list[fl
 
 
 model, tokenizer = load_policy("builtin:tiny-chain-sum")  # or AutoModelForCausalLM.from_pretrained
-asymre = options.method in ("auto", "positive")
+asymre = options.method in ("auto", "positive_schedule", "positive")
 args = ReplayGRPOConfig(
     output_dir="runs/trl_replay",
     max_steps=options.steps,
@@ -72,7 +77,7 @@ args = ReplayGRPOConfig(
     replay_knobs=json.loads(options.knobs),
     replay_loss="asymre" if asymre else "trl",
     replay_adaptive={"enabled": True, "stage_size": 2, "reuse": True} if options.adaptive else None,
-    replay_token_control={"mode": "kl_cov", "fraction": 0.05, "coef": 1.0}
+    replay_token_control={"mode": "kl_cov", "rows": "replayed", "fraction": 0.05, "coef": 1.0}
     if options.kl_cov
     else None,
 )

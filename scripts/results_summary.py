@@ -31,13 +31,13 @@ ROWS = (
         "chain_sum, to on-policy's plateau",
         "experiment_plateau/against_on_policy_2x",
         "positive_schedule",
-        "**`auto`**: the same, annealed to on-policy between 10% and 60% of the run",
+        "`positive_schedule` (`auto` until #38): the same, annealed to on-policy by 60% of the run",
     ),
     (
         "chain_sum, to on-policy's plateau",
         "experiment_plateau/against_on_policy_2x",
         "auto_kl_cov_ar3po",
-        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+        "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
     (
         "spell_backward, 3.6·10⁷ on μ = 5",
@@ -49,7 +49,7 @@ ROWS = (
         "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
         "positive_schedule",
-        "**`auto`**: the same, annealed to on-policy between 10% and 60% of the run",
+        "`positive_schedule` (`auto` until #38): the same, annealed to on-policy by 60% of the run",
     ),
     (
         "spell_backward, 3.6·10⁷ on μ = 5",
@@ -61,7 +61,7 @@ ROWS = (
         "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
         "auto_kl_cov_ar3po",
-        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+        "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
     (
         "inside TRL's GRPOTrainer, chain_sum",
@@ -73,7 +73,7 @@ ROWS = (
         "inside TRL's GRPOTrainer, chain_sum",
         "experiment_trl/auto_kl_cov_ar3po",
         "trl_auto_kl_cov_ar3po",
-        "`auto` + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+        "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
 )
 

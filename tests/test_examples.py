@@ -39,17 +39,17 @@ def test_train_async_example_runs() -> None:
     assert "8 gradient steps" in stdout and "generators idle" in stdout
 
 
-def test_trl_replay_example_runs() -> None:
-    stdout = _run_example("trl_replay.py", "--steps", "4")
+def test_trl_replay_example_runs_the_schedule() -> None:
+    stdout = _run_example("trl_replay.py", "--steps", "4", "--method", "positive_schedule")
     assert re.search(r"reward \d\.\d+ -> \d\.\d+ over 4 steps", stdout)
-    # `auto` over 4 steps of 256: y = 2 at step 0 (two steps from the first round), the schedule's
+    # 4 steps of 256: y = 2 at step 0 (two steps from the first round), the schedule's
     # scale 1 - (2/4 - 0.1)/0.5 = 0.2 at step 2 (y = 1.2: one step) and 0 at step 3 (on-policy)
     assert "3 generation rounds, 768 rollouts generated, 1024 trained, buffer 768" in stdout
 
 
-def test_trl_replay_example_runs_the_suites_candidate() -> None:
-    """`auto` with adaptive rollouts and KL-Cov inside TRL: `auto_kl_cov_ar3po`."""
-    stdout = _run_example("trl_replay.py", "--steps", "3", "--adaptive", "--kl-cov")
+def test_trl_replay_example_runs_auto() -> None:
+    """`auto` inside TRL: the schedule with adaptive rollouts and KL-Cov, from the recipe alone."""
+    stdout = _run_example("trl_replay.py", "--steps", "3")
     found = re.search(r"(\d\.\d) completions generated per prompt of 8", stdout)
     assert found and 2.0 <= float(found.group(1)) < 8.0  # at ~20% accuracy some prompts stop early
     held = re.search(r"KL-Cov held (\d+\.\d)% of a step's trained tokens", stdout)

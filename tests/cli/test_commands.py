@@ -119,6 +119,9 @@ def test_demo_quick_writes_table_plot_and_figures(
     assert main(["demo", "--quick", "--out", str(tmp_path)]) == 0
     figures = json.loads((tmp_path / "demo.json").read_text())
     assert set(figures["runs"]) == {"replay", "on-policy"}
+    trained = yaml.safe_load((tmp_path / "replay" / "config.yaml").read_text())
+    assert trained["generation"]["adaptive"]["enabled"]  # the default, `auto`, resolved
+    assert trained["algorithm"]["token_control"] == "kl_cov"
     base = figures["runs"]["on-policy"]["compute_to_on_policy_final"]
     replay = figures["runs"]["replay"]
     assert base["mu_5"] > 0
@@ -137,10 +140,9 @@ def test_demo_replays_the_config_it_is_given_and_names_a_missing_one(
     assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "nope.yaml"]) == 2
     assert "config 'nope.yaml': no preset of that name" in capsys.readouterr().out
     assert not (tmp_path / "replay").exists()  # refused before anything trained
-    assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "auto"]) == 0
+    assert main(["demo", "--quick", "--out", str(tmp_path), "--replay", "uniform"]) == 0
     trained = yaml.safe_load((tmp_path / "replay" / "config.yaml").read_text())
-    assert trained["replay"]["method"] == "positive"
-    assert trained["replay"]["anneal"]["mode"] == "schedule"
+    assert trained["replay"]["method"] == "uniform"
 
 
 def test_invalid_yaml_is_one_line_with_file_line_and_column(

@@ -1,5 +1,5 @@
-"""Recipes (`replay.method: auto`): resolved into their parts when read, the user's settings win,
-and archived runs made under the parts count as the recipe's."""
+"""Recipes (`replay.method: auto`, `positive_schedule`): resolved into their parts when read, the
+user's settings win, and archived runs made under the parts count as the recipe's."""
 
 from __future__ import annotations
 
@@ -17,12 +17,15 @@ from llm_replay.experiments.compare import load_experiment, protocol_of, run_con
 ROOT = Path(__file__).resolve().parents[2]
 
 
+RECIPE_SECTIONS = ("replay.", "algorithm.", "generation.adaptive.")
+
+
 def without_name(protocol: dict) -> dict:
     return {k: v for k, v in protocol.items() if k != "name"}
 
 
-def test_auto_is_positive_replay_with_asymre_annealed_by_the_schedule() -> None:
-    config = load_config(None, ["replay.method=auto"])
+def test_positive_schedule_is_positive_replay_with_asymre_annealed_by_the_schedule() -> None:
+    config = load_config(None, ["replay.method=positive_schedule"])
     assert config.replay.method == "positive"
     assert (config.replay.settings.capacity, config.replay.settings.delta) == (1024, 0.5)
     assert config.replay.settings.replay_ratio == 2.0
@@ -30,26 +33,72 @@ def test_auto_is_positive_replay_with_asymre_annealed_by_the_schedule() -> None:
     assert (anneal.mode, anneal.start, anneal.end) == ("schedule", 0.1, 0.6)
     assert (config.algorithm.loss, config.algorithm.advantage) == ("asymre", "dr_grpo")
     assert config.algorithm.loss_settings.delta_v == -0.1
+    assert config.algorithm.token_control == "off" and not config.generation.adaptive.enabled
     # the resolved config records the parts, never the recipe's name
-    assert "auto" not in json.dumps(protocol_of(config)["replay"])
+    assert "schedule" not in json.dumps(protocol_of(config)["replay"]["method"])
 
 
-def test_the_preset_is_the_measured_schedule_row_exactly() -> None:
+def test_auto_is_the_schedule_with_kl_cov_on_reused_tokens_and_adaptive_rollouts() -> None:
+    auto = load_config(None, ["replay.method=auto"])
+    schedule = load_config(None, ["replay.method=positive_schedule"])
+    assert auto.replay.to_dict() == schedule.replay.to_dict()
+    assert (auto.algorithm.loss, auto.algorithm.loss_settings.delta_v) == ("asymre", -0.1)
+    control = auto.algorithm.token_controls()
+    assert (control.mode, control.rows, control.fraction, control.coef) == (
+        "kl_cov",
+        "replayed",
+        0.05,
+        1.0,
+    )
+    adaptive = auto.generation.adaptive
+    assert (adaptive.enabled, adaptive.stage_size, adaptive.reuse) == (True, 2, True)
+    assert "auto" not in json.dumps(protocol_of(auto)["replay"])
+
+
+def test_the_presets_are_the_measured_rows_exactly() -> None:
     measured = load_config("positive_anneal", ["replay.anneal.mode=schedule"])
-    recipe = load_config("auto")
-    assert without_name(protocol_of(recipe)) == without_name(protocol_of(measured))
+    assert without_name(protocol_of(load_config("positive_schedule"))) == without_name(
+        protocol_of(measured)
+    )
+    # `auto` is the row issue #38 measured as auto_kl_cov_ar3po, on every task and in TRL
+    assert without_name(protocol_of(load_config("auto"))) == without_name(
+        protocol_of(load_config("auto_kl_cov_ar3po"))
+    )
 
 
-@pytest.mark.parametrize("experiment", ["experiment.yaml", "experiment_spell.yaml"])
-def test_archived_schedule_runs_count_as_autos(experiment: str) -> None:
-    """The runs behind the recipe's figures were made before it existed; the experiments now name
-    auto for that row, and the archive accepts them as made under it."""
+@pytest.mark.parametrize(
+    ("experiment", "row"),
+    [
+        ("experiment.yaml", "positive_schedule"),
+        ("experiment_spell.yaml", "positive_schedule"),
+        ("experiment.yaml", "auto_kl_cov_ar3po"),
+        ("experiment_spell.yaml", "auto_kl_cov_ar3po"),
+    ],
+)
+def test_archived_runs_count_as_the_recipes(experiment: str, row: str) -> None:
+    """The runs behind each recipe's figures were made under its parts (the schedule's before
+    the recipe existed); the archive accepts them as made under it."""
     loaded = load_experiment(ROOT / "configs" / experiment)
-    method = loaded.method("positive_schedule")
-    for seed in (0, 1, 2):
-        archived = ROOT / loaded.archive / "positive_schedule" / f"seed-{seed}" / "protocol.json"
+    method = loaded.method(row)
+    recipe = "positive_schedule" if row == "positive_schedule" else "auto"
+    for seed in (0, 1):
+        archived = ROOT / loaded.archive / row / f"seed-{seed}" / "protocol.json"
         current = protocol_of(run_config(loaded, method, seed))
         assert protocol_differences(json.loads(archived.read_text()), current) == []
+        as_recipe = protocol_of(load_config(recipe))
+        differing = {line.split(":")[0] for line in protocol_differences(as_recipe, current)}
+        assert not {k for k in differing if k.startswith(RECIPE_SECTIONS)}
+
+
+def test_the_recipes_algorithm_settings_come_with_its_loss_or_none() -> None:
+    named = load_config(None, ["replay.method=auto", "algorithm.loss=asymre"])
+    assert named.algorithm.token_control == "kl_cov" and named.algorithm.advantage == "dr_grpo"
+    off = load_config(
+        None,
+        ["replay.method=auto", "algorithm.token_control=off", "generation.adaptive.enabled=false"],
+    )
+    assert off.algorithm.token_control == "off" and not off.generation.adaptive.enabled
+    assert off.replay.to_dict() == load_config("positive_schedule").replay.to_dict()
 
 
 def test_the_users_settings_win_knob_by_knob() -> None:
@@ -68,6 +117,7 @@ def test_a_loss_the_user_names_replaces_the_recipes_with_a_warning(
     with caplog.at_level(logging.WARNING):
         config = load_config(None, ["replay.method=auto", "algorithm.loss=tis"])
     assert config.algorithm.loss == "tis" and config.algorithm.advantage == "grpo"
+    assert config.algorithm.token_control == "off"  # the recipe's algorithm settings go with it
     assert "measured with algorithm.loss = 'asymre'" in caplog.text
     # the recipe's advantage alone cannot pair with the loss it needs: named, not guessed
     with pytest.raises(ConfigError, match="advantage = 'grpo': loss 'asymre' needs 'dr_grpo'"):

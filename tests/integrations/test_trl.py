@@ -219,10 +219,10 @@ def test_asymre_trains_on_shifted_advantages_without_a_ratio(tmp_path: Path):
     np.testing.assert_allclose(shifted * 8, np.round(shifted * 8), atol=1e-5)
 
 
-def test_auto_recipe_anneals_to_on_policy_over_max_steps(tmp_path: Path):
+def test_the_schedule_recipe_anneals_to_on_policy_over_max_steps(tmp_path: Path):
     config = ReplayGRPOConfig(
         **settings(tmp_path, max_steps=10, scale_rewards="none"),
-        replay_method="auto",
+        replay_method="positive_schedule",
         replay_knobs={"capacity": 64},
         replay_loss="asymre",
     )
@@ -237,6 +237,46 @@ def test_auto_recipe_anneals_to_on_policy_over_max_steps(tmp_path: Path):
     # full replay before 10% of max_steps, on-policy from 60%: s = 1 - (step/10 - 0.1) / 0.5
     assert scales[0] == 1.0 and scales[-1] == 0.0, scales
     assert all(a >= b for a, b in itertools.pairwise(scales)), scales
+
+
+def test_auto_turns_on_kl_cov_and_adaptive_rollouts_where_left_none(tmp_path: Path):
+    fields = {"replay_method": "auto", "replay_loss": "asymre"}
+    config = ReplayGRPOConfig(**settings(tmp_path, scale_rewards="none"), **fields)
+    schedule = ReplayGRPOConfig(
+        **settings(tmp_path, scale_rewards="none"),
+        **{**fields, "replay_method": "positive_schedule"},
+    )
+    assert config.replay.to_dict() == schedule.replay.to_dict()
+    control = config.token_control
+    assert (control.mode, control.rows, control.fraction, control.coef) == (
+        "kl_cov",
+        "replayed",
+        0.05,
+        1.0,
+    )
+    adaptive = config.adaptive
+    assert (adaptive.enabled, adaptive.stage_size, adaptive.reuse) == (True, 2, True)
+    assert not schedule.token_control.active and not schedule.adaptive.enabled
+    # what the user sets wins, field by field of TRL's config
+    plain = ReplayGRPOConfig(
+        **settings(tmp_path, scale_rewards="none"),
+        **fields,
+        replay_token_control={"mode": "off"},
+        replay_adaptive={"enabled": False},
+    )
+    assert not plain.token_control.active and not plain.adaptive.enabled
+    # a TRL setting the recipe's adaptive rollouts cannot meet is refused, naming the recipe
+    with pytest.raises(ValueError, match=r"steps_per_generation = 2.*replay_method 'auto' turns"):
+        ReplayGRPOConfig(
+            **settings(tmp_path, scale_rewards="none", steps_per_generation=2), **fields
+        )
+    with pytest.raises(ValueError, match=r"must divide num_generations = 7.*'enabled': false"):
+        ReplayGRPOConfig(
+            **settings(
+                tmp_path, scale_rewards="none", num_generations=7, per_device_train_batch_size=14
+            ),
+            **fields,
+        )
 
 
 def test_replay_metrics_reach_trl_logs(tmp_path: Path):
@@ -321,6 +361,35 @@ def test_resume_refuses_a_checkpoint_without_replay_state(tmp_path: Path):
     ours = build(ReplayGRPOConfig(**settings(tmp_path, max_steps=4)))
     with pytest.raises(FileNotFoundError, match="no llm-replay state"):
         ours.train(resume_from_checkpoint=True)
+
+
+def test_rows_stored_without_behaviour_log_probs_never_reach_a_run_that_reads_them(
+    tmp_path: Path,
+):
+    """AsymRE without KL-Cov stores zeros for the behaviour (nothing reads it); a resume or an
+    init_from that turns KL-Cov on would read them as a policy certain of every token."""
+    asymre = {"replay_method": "positive", "replay_loss": "asymre"}
+    plain = {**settings(tmp_path, scale_rewards="none", save_strategy="steps", save_steps=4)}
+    first = build(ReplayGRPOConfig(**{**plain, "max_steps": 4}, **asymre))
+    first.train()
+    assert not first._needs_behaviour
+    table = first.pipeline.method.table
+    rows, _ = table.get_batch(table.storage.keys_of(table.storage.live_in_order()))
+    assert rows.behaviour_logprobs.size >= 64 and not np.any(rows.behaviour_logprobs)
+    kl_cov = {"replay_token_control": {"mode": "kl_cov", "rows": "replayed"}}
+    resumed = build(ReplayGRPOConfig(**{**plain, "max_steps": 6}, **asymre, **kl_cov))
+    with pytest.raises(ValueError, match=r"stored no behaviour log-probs.*replay_token_control"):
+        resumed.train(resume_from_checkpoint=True)
+    saved = table.save(tmp_path / "zeros")
+    knobs = {"replay_knobs": {"init_from": str(saved)}}
+    with pytest.raises(ValueError, match=r"replay_knobs\.init_from = .*every stored behaviour"):
+        build(
+            ReplayGRPOConfig(
+                **settings(tmp_path, scale_rewards="none"), **asymre, **kl_cov, **knobs
+            )
+        )
+    # the same table is fine where nothing reads the behaviour
+    build(ReplayGRPOConfig(**settings(tmp_path, scale_rewards="none"), **asymre, **knobs))
 
 
 # ---------------------------------------------------------------------- config errors

@@ -416,8 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--replay",
         default=None,
-        help="the replay run's config (default positive: the short demo budget is "
-        "where plain replay's fast start pays; auto is for runs to the plateau)",
+        help="the replay run's config (default auto, the recommended default; any preset or "
+        "config file)",
     )
     demo.set_defaults(func=cmd_demo)
     return parser

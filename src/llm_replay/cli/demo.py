@@ -1,11 +1,12 @@
-"""The demo: positive-biased replay with AsymRE against on-policy GRPO, on the same compute
-budget, from the shipped tiny model.
+"""The demo: the recommended default, `auto`, against on-policy GRPO, on the same compute budget,
+from the shipped tiny model.
 
-The demo's budget (6·10⁵ on μ = 5, ~3 minutes) is a short run far below on-policy's plateau, the
-setting where replay's fast start is the whole story, so it runs plain positive-biased replay.
-`auto` (the recommended default for runs trained to the plateau) hands replay back to on-policy
-between 10% and 60% of the budget, which on this short budget cuts the fast start short
-(docs/RESULTS.md, "Training demo": `--replay auto`).
+`auto` is positive-biased replay with AsymRE annealed to on-policy between 10% and 60% of the
+budget, with KL-Cov on the reused tokens and AR3PO's adaptive rollouts (docs/methods.md). The
+demo's budget (6·10⁵ on μ = 5, ~3 minutes) is a short run far below on-policy's plateau; there
+`auto` needed 0.50× of on-policy's compute where plain positive-biased replay (`--replay
+positive`, the demo until issue #38) needed 0.75× and the schedule alone (`--replay
+positive_schedule`) 1.12× (docs/RESULTS.md, "Training demo").
 
 The budget is on the μ = 5 cost basis (completion tokens generated × 5 + completion tokens
 trained on), a count, so a busy laptop and an idle server run the same steps and draw the same
@@ -27,7 +28,7 @@ from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.report import plot_accuracy_vs_compute
 from llm_replay.terminal import console, print_summary, run_training
 
-CONFIGS = {"replay": "positive", "on-policy": "on_policy"}
+CONFIGS = {"replay": "auto", "on-policy": "on_policy"}
 BASIS = "mu_5"
 BUDGET = 600_000  # on the μ = 5 basis: ≈ 117 on-policy iterations of 256 rollouts
 EVAL_EVERY = 60_000
@@ -41,7 +42,7 @@ MU_SENTENCE = (
 
 NEXT_STEPS = """what to read next:
   llm-replay presets              the shipped presets, one line each; train any by name
-  llm-replay train auto           the recommended default, for runs to the plateau
+  llm-replay train auto           the recommended default (the demo's replay run)
   llm-replay presets --show auto  a preset written out whole, to copy and edit
   llm-replay methods              every replay method and option, with its paper and knobs
   the documentation site (`make docs` in a clone): reading-results, methods, RESULTS"""
@@ -122,7 +123,7 @@ def run_demo(
     png = plot_accuracy_vs_compute(
         [(label, out / label) for label in summaries],
         out / "accuracy_vs_compute.png",
-        title="Tiny Qwen2 on chain_sum: replay vs on-policy",
+        title=f"Tiny Qwen2 on chain_sum: replay ({configs['replay']}) vs on-policy",
     )
     (out / "demo.json").write_text(json.dumps(result, indent=1) + "\n")
     console.print(f"plot: {png.resolve()}\nfigures: {(out / 'demo.json').resolve()}")

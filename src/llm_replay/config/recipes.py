@@ -1,25 +1,34 @@
-"""Recipes: one name for a whole replay setup (a method, its knobs, its options and its loss).
+"""Recipes: one name for a whole replay setup (a method, its knobs, its options, its loss, and the
+generation and token settings it was measured with).
 
 A user who wants replay that pays without reading the papers picks a recipe by name, as the
-replay method: `replay.method: auto` in a config, `replay_method="auto"` in TRL,
-`sampler_kwargs.method=auto` in verl. A recipe is resolved when the config is read: the resolved
-config, and so every saved protocol and archived run, records its parts (`replay.method:
-positive`, `replay.anneal.mode: schedule`, `algorithm.loss: asymre`), never the recipe's name.
-Settings the user gives win over the recipe's, knob by knob; the recipe's loss is used only where
-the user names no loss (its knobs belong to that loss).
+replay method: `replay.method: auto` in a config, `replay_method="auto"` in TRL. A recipe is
+resolved when the config is read: the resolved config, and so every saved protocol and archived
+run, records its parts (`replay.method: positive`, `replay.anneal.mode: schedule`,
+`algorithm.loss: asymre`, `generation.adaptive.enabled: true`), never the recipe's name.
+Settings the user gives win over the recipe's, knob by knob; the recipe's algorithm settings
+(its loss, that loss's knobs and its token control) are used only where the user names no loss or
+the recipe's own.
 
-`auto` is the combination issue #28 chose (docs/RESULTS.md, "Replay that holds to the plateau"):
-positive-biased replay with AsymRE, annealed to on-policy by a schedule (full replay until 10% of
-the budget, on-policy from 60%). On both built-in tasks it ends at or above on-policy GRPO's
-plateau, is never below on-policy's seed band at equal μ = 5 compute after the first tenth of the
-budget, and reaches on-policy's final accuracy with less of its compute (the figures are in
-RESULTS, generated from the archived runs), where positive-biased replay alone flattened below
-on-policy on spell_backward. The schedule needs the run's length: a compute budget or an
-iteration count here, `max_steps` in TRL, `total_training_steps` in verl.
+- `auto`, the recommended default since issue #38 (docs/RESULTS.md, "`auto_kl_cov_ar3po` on both
+  built-in tasks"): `positive_schedule` with KL-Cov on the reused rows' top 5% tokens by
+  covariance (arXiv 2505.22617) and AR3PO's adaptive rollouts (arXiv 2509.25808). On chain_sum
+  and spell_backward it reaches on-policy GRPO's final accuracy with 0.25× and 0.46× of its μ = 5
+  compute and keeps its entropy and pass@8; on the six-task suite it never needs more than 0.97×
+  of it (median 0.52×). It runs in the sync loop, the threaded and Ray runtimes and TRL. verl's
+  trainer can run neither of its two additions, so verl refuses it by name and points to
+  `positive_schedule` (`Recipe.beyond_replay`).
+- `positive_schedule`, the default of issue #28 (`auto` until #38): positive-biased replay with
+  AsymRE, annealed to on-policy by a schedule (full replay until 10% of the budget, on-policy
+  from 60%). It needs 0.44× and 0.76× there and ends with less of on-policy's entropy.
+
+Both schedules need the run's length: a compute budget or an iteration count here, `max_steps`
+in TRL, `total_training_steps` in verl.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +45,7 @@ class Recipe:
     evidence: str
     replay: dict[str, Any]
     algorithm: dict[str, Any] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)
 
     @property
     def method(self) -> str:
@@ -49,12 +59,39 @@ class Recipe:
     def parts(self) -> list[tuple[str, Any]]:
         """(dotted setting, value) for everything the recipe sets, as `--set` would name it."""
         out: list[tuple[str, Any]] = []
-        for section, values in (("replay", self.replay), ("algorithm", self.algorithm)):
+        sections = (
+            ("replay", self.replay),
+            ("algorithm", self.algorithm),
+            ("generation", self.generation),
+        )
+        for section, values in sections:
             for key, value in values.items():
                 if isinstance(value, dict):
                     out += [(f"{section}.{key}.{k}", v) for k, v in value.items()]
                 else:
                     out.append((f"{section}.{key}", value))
+        return out
+
+    def token_control(self) -> dict[str, Any]:
+        """The recipe's token control in `TokenControl`'s fields (TRL's `replay_token_control`);
+        empty where it sets none."""
+        if self.algorithm.get("token_control", "off") == "off":
+            return {}
+        fields = {"token_control": "mode", "control_rows": "rows", "control_fraction": "fraction"}
+        fields |= {"control_coef": "coef", "control_low": "low", "control_high": "high"}
+        fields |= {"positive_weight": "positive_weight"}
+        return {fields[k]: v for k, v in self.algorithm.items() if k in fields}
+
+    def adaptive(self) -> dict[str, Any]:
+        """The recipe's adaptive rollouts (`generation.adaptive`, TRL's `replay_adaptive`)."""
+        return dict(self.generation.get("adaptive", {}))
+
+    def beyond_replay(self) -> list[str]:
+        """The recipe's parts a trainer that only samples rows and computes the loss cannot run:
+        its generation settings and its token control."""
+        out = [f"generation.{key}" for key in self.generation]
+        if self.token_control():
+            out.append(f"algorithm.token_control ({self.algorithm['token_control']})")
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -68,32 +105,54 @@ class Recipe:
         }
 
 
-RECIPES: dict[str, Recipe] = {
-    "auto": Recipe(
-        name="auto",
-        description=(
-            "The recommended default: positive-biased replay with AsymRE, annealed to on-policy "
-            "between 10% and 60% of the run."
-        ),
-        evidence=(
-            "docs/RESULTS.md, issue #28: ends at or above on-policy's plateau on chain_sum and "
-            "spell_backward with less of its compute"
-        ),
-        replay={
-            "method": "positive",
-            "capacity": 1024,
-            "delta": 0.5,
-            "replay_ratio": 2.0,
-            "anneal": {"enabled": True, "mode": "schedule", "start": 0.1, "end": 0.6},
-        },
-        algorithm={
-            "advantage": "dr_grpo",
-            "loss": "asymre",
-            "delta_v": -0.1,
-            "aggregation": "token_mean",
-        },
+POSITIVE_SCHEDULE = Recipe(
+    name="positive_schedule",
+    description=(
+        "The default of issue #28: positive-biased replay with AsymRE, annealed to on-policy "
+        "between 10% and 60% of the run (replay and loss only; verl runs it)."
     ),
-}
+    evidence=(
+        "docs/RESULTS.md, issue #28: ends at or above on-policy's plateau on chain_sum and "
+        "spell_backward with 0.44x and 0.76x of its compute"
+    ),
+    replay={
+        "method": "positive",
+        "capacity": 1024,
+        "delta": 0.5,
+        "replay_ratio": 2.0,
+        "anneal": {"enabled": True, "mode": "schedule", "start": 0.1, "end": 0.6},
+    },
+    algorithm={
+        "advantage": "dr_grpo",
+        "loss": "asymre",
+        "delta_v": -0.1,
+        "aggregation": "token_mean",
+    },
+)
+
+AUTO = Recipe(
+    name="auto",
+    description=(
+        "The recommended default: positive_schedule with KL-Cov on the reused rows' top 5% "
+        "tokens by covariance and AR3PO's adaptive rollouts (2 completions a prompt, 2 more while "
+        "none is correct)."
+    ),
+    evidence=(
+        "docs/RESULTS.md, issue #38: 0.25x and 0.46x of on-policy's compute on chain_sum and "
+        "spell_backward, on-policy's entropy and pass@8 kept; never above 0.97x on the suite"
+    ),
+    replay=copy.deepcopy(POSITIVE_SCHEDULE.replay),
+    algorithm={
+        **POSITIVE_SCHEDULE.algorithm,
+        "token_control": "kl_cov",
+        "control_rows": "replayed",
+        "control_fraction": 0.05,
+        "control_coef": 1.0,
+    },
+    generation={"adaptive": {"enabled": True, "stage_size": 2, "reuse": True}},
+)
+
+RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (AUTO, POSITIVE_SCHEDULE)}
 
 
 def resolve_replay(data: dict[str, Any]) -> dict[str, Any]:
@@ -114,14 +173,19 @@ def resolve(data: dict[str, Any]) -> dict[str, Any]:
     recipe = RECIPES[str(replay["method"])]
     out = {**data, "replay": resolve_replay(replay)}
     algorithm = data.get("algorithm")
-    if algorithm is None or (isinstance(algorithm, dict) and "loss" not in algorithm):
+    if algorithm is None or (
+        isinstance(algorithm, dict) and algorithm.get("loss", recipe.loss) == recipe.loss
+    ):
         out["algorithm"] = merged(recipe.algorithm, algorithm or {})
-    elif isinstance(algorithm, dict) and algorithm["loss"] != recipe.loss:
+    elif isinstance(algorithm, dict):
         log.warning(
             "replay.method = %r was measured with algorithm.loss = %r; this config trains with "
-            "algorithm.loss = %r",
+            "algorithm.loss = %r (and without the recipe's other algorithm settings)",
             recipe.name,
             recipe.loss,
             algorithm["loss"],
         )
+    generation = data.get("generation")
+    if recipe.generation and (generation is None or isinstance(generation, dict)):
+        out["generation"] = merged(recipe.generation, generation or {}, ("generation",))
     return out

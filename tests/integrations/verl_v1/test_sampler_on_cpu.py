@@ -82,7 +82,7 @@ def test_on_policy_trains_every_fresh_trajectory_once_with_verl_grpo_advantages(
         {"method": "positive", "capacity": 64, "anneal": {"enabled": True, "mode": "schedule"}},
         {"method": "positive", "capacity": 64, "anneal": {"enabled": True}},
         {"method": "positive", "capacity": 64, "retire": {"enabled": True}},
-        {"method": "auto", "capacity": 64},
+        {"method": "positive_schedule", "capacity": 64},
     ],
     ids=[
         "uniform",
@@ -94,7 +94,7 @@ def test_on_policy_trains_every_fresh_trajectory_once_with_verl_grpo_advantages(
         "anneal_schedule",
         "anneal_controller",
         "retire",
-        "auto_recipe",
+        "schedule_recipe",
     ],
 )
 def test_replayed_rows_come_back_identical_and_nothing_leaks(knobs: dict[str, Any]) -> None:

@@ -127,17 +127,19 @@ def test_asymre_in_verl_needs_the_samplers_dr_grpo_advantages() -> None:
     build(config.trainer.v1.sampler.sampler_kwargs)
 
 
-def test_the_auto_recipe_brings_its_advantage_and_checks_its_loss_and_run_length() -> None:
+def test_the_schedule_recipe_brings_its_advantage_and_checks_its_loss_and_run_length() -> None:
     config = verl_config()
     kwargs = config.trainer.v1.sampler.sampler_kwargs
-    kwargs.method = "auto"
+    kwargs.method = "positive_schedule"
     with pytest.raises(
-        ValueError, match=r"loss_mode = None: sampler_kwargs\.method 'auto'.*asymre"
+        ValueError,
+        match=r"loss_mode = None: sampler_kwargs\.method 'positive_schedule'.*asymre",
     ):
         build(kwargs)
     config.actor_rollout_ref.actor.policy_loss = {"loss_mode": "llm_replay_asymre"}
     sampler = build(kwargs)  # the recipe's dr_grpo advantage pairs with AsymRE unasked
-    assert sampler.settings.advantage == "dr_grpo" and sampler.settings.recipe == "auto"
+    assert sampler.settings.advantage == "dr_grpo"
+    assert sampler.settings.recipe == "positive_schedule"
     assert sampler.settings.replay.method == "positive" and sampler.settings.follows_progress()
     # verl derives the run's length from the data after it builds the sampler: read at step 1
     config.trainer.total_training_steps = None
@@ -150,6 +152,20 @@ def test_the_auto_recipe_brings_its_advantage_and_checks_its_loss_and_run_length
     assert sampler.total_steps == 30
     kwargs.total_steps = 20
     assert build(kwargs).total_steps == 20
+
+
+def test_auto_is_refused_by_name_for_the_parts_verl_does_not_run() -> None:
+    """`auto` carries adaptive rollouts and KL-Cov on reused tokens; verl's rollout and loss are
+    its own, so running `auto` there would be another method under the same name."""
+    config = verl_config()
+    config.actor_rollout_ref.actor.policy_loss = {"loss_mode": "llm_replay_asymre"}
+    kwargs = config.trainer.v1.sampler.sampler_kwargs
+    kwargs.method = "auto"
+    with pytest.raises(ValueError, match=r"^sampler_kwargs\.method = 'auto'") as refused:
+        build(kwargs)
+    message = str(refused.value)
+    assert "generation.adaptive" in message and "algorithm.token_control (kl_cov)" in message
+    assert "method=positive_schedule is its replay and loss alone" in message
 
 
 def test_importance_weights_satisfy_the_correction_check() -> None:

@@ -52,7 +52,10 @@ def test_verl_builds_our_sampler_callback_estimator_and_loss_from_the_documented
     config = verl_config("actor_rollout_ref.rollout.n=8", "trainer.default_local_dir=/tmp/ck")
     sampler = build_as_verl_does(config)
     assert isinstance(sampler, ReplaySampler)
-    assert sampler.settings.recipe == "auto" and sampler.settings.replay.method == "positive"
+    assert (
+        sampler.settings.recipe == "positive_schedule"
+        and sampler.settings.replay.method == "positive"
+    )
     assert sampler.settings.advantage == "dr_grpo" and sampler.settings.follows_progress()
     assert sampler.group_size == 8
     assert sampler.mini_batch_prompts == config.actor_rollout_ref.actor.ppo_mini_batch_size

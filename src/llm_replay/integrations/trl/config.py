@@ -33,7 +33,8 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         default="on_policy",
         metadata={
             "help": f"replay method of the llm-replay registry: {sorted(METHODS)}, or a recipe: "
-            f"{sorted(RECIPES)} ('auto', the recommended default, needs replay_loss='asymre')"
+            f"{sorted(RECIPES)} ('auto', the recommended default, needs replay_loss='asymre'; "
+            "it sets replay_token_control and replay_adaptive where they are left None)"
         },
     )
     replay_knobs: dict[str, Any] | str | None = field(
@@ -116,19 +117,42 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
     def token_control_config(self) -> TokenControl:
         """`replay_token_control` checked as `algorithm.token_control` is, and against the loss
         types whose normalisers the KL-Cov term is reduced with."""
-        control = control_from(
-            json_mapping("replay_token_control", self.replay_token_control, "setting")
-        )
+        given = self.replay_token_control
+        recipe = RECIPES.get(self.replay_method)
+        from_recipe = given is None and recipe is not None and bool(recipe.token_control())
+        if from_recipe and recipe is not None:
+            given = recipe.token_control()
+        control = control_from(json_mapping("replay_token_control", given, "setting"))
         if control.active and self.loss_type not in LOSS_TYPES:
             raise ValueError(
                 f"loss_type = {self.loss_type!r}: replay_token_control runs with {list(LOSS_TYPES)}"
+                + (
+                    f" (replay_method {self.replay_method!r} sets replay_token_control = "
+                    f"{json.dumps(given)}; set it to {{'mode': 'off'}} to run without it)"
+                    if from_recipe
+                    else ""
+                )
             )
         return control
 
     def adaptive_config(self) -> AdaptiveRolloutConfig:
         """`replay_adaptive` checked as `generation.adaptive` is in a run config, and against the
-        TRL fields it meets: the stages fill num_generations exactly, the advantage is per group."""
-        value = json_mapping("replay_adaptive", self.replay_adaptive, "setting")
+        TRL fields it meets: the stages fill num_generations exactly, the advantage is per group.
+        Left None under a recipe, it is the recipe's, and a refusal says so."""
+        recipe = RECIPES.get(self.replay_method)
+        if self.replay_adaptive is not None or recipe is None or not recipe.adaptive():
+            return self._checked_adaptive(self.replay_adaptive)
+        try:
+            return self._checked_adaptive(recipe.adaptive())
+        except ValueError as error:
+            raise ValueError(
+                f"{error} (replay_method {recipe.name!r} turns AR3PO's adaptive rollouts on: "
+                f"replay_adaptive = {json.dumps(recipe.adaptive())}; set replay_adaptive = "
+                "{'enabled': false} to run without them)"
+            ) from None
+
+    def _checked_adaptive(self, given: Any) -> AdaptiveRolloutConfig:
+        value = json_mapping("replay_adaptive", given, "setting")
         try:
             adaptive: AdaptiveRolloutConfig = build(AdaptiveRolloutConfig, value, "replay_adaptive")
         except ConfigError as error:

@@ -47,6 +47,7 @@ from llm_replay.integrations.trl.rounds import (
     gather_round,
     local_round,
     process_rows,
+    refuse_zero_behaviour,
     step_major,
     to_rollouts,
     to_trl_inputs,
@@ -107,8 +108,6 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 "model of its own to re-score with; use 'evict' or 'discount' with "
                 "set_reward_version"
             )
-        if a.replay.init_from is not None:  # replay_knobs: {"init_from": DIR}
-            self.pipeline.preload(ReplayTable.read(a.replay.init_from))
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
         self.adaptive: AdaptiveRollouts | None = None
         if a.adaptive.enabled:
@@ -120,6 +119,11 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 )
             self.adaptive = AdaptiveRollouts(a.adaptive)
         self.token_control = a.token_control
+        if a.replay.init_from is not None:  # replay_knobs: {"init_from": DIR}
+            source = ReplayTable.read(a.replay.init_from)
+            if self._needs_behaviour:
+                refuse_zero_behaviour(source, f"replay_knobs.init_from = {a.replay.init_from!r}")
+            self.pipeline.preload(source)
         self._controlled: ControlledMicroBatch | None = None
         self._covariance = CovarianceSums()
         self._treated: list[float] = []
@@ -225,6 +229,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             "rounds": self.rounds,
             "meter": self.meter.state_dict(),
             "reward_version": self.reward_version,
+            "behaviour_stored": self._needs_behaviour,
         }
         if self.adaptive is not None:
             state["adaptive"] = self.adaptive.state()
@@ -241,6 +246,13 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 "ReplayGRPOTrainer?)"
             )
         state = self.host.load(directory, state_file=STATE_FILE)
+        if self._needs_behaviour and state.get("behaviour_stored") is False:
+            raise ValueError(
+                f"{directory}: the run that wrote this checkpoint stored no behaviour log-probs "
+                "(AsymRE without KL-Cov, or the on-policy queue, never reads them), and this "
+                f"run's {self._behaviour_reader()} does; resume it with the settings it was "
+                "started with, or start a new run"
+            )
         self.rounds = int(state["rounds"])
         self.meter.load_state_dict(state["meter"])
         self.reward_version = int(state.get("reward_version", 0))
@@ -290,6 +302,12 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             processes=self.accelerator.num_processes,
             steps_per_generation=int(a.steps_per_generation),
         )
+
+    def _behaviour_reader(self) -> str:
+        """What in this run reads the stored behaviour log-probs, for a refusal."""
+        if self.token_control.mode == "kl_cov":
+            return "replay_token_control (kl_cov)"
+        return f"replay_loss = {self.args.replay_loss!r} (its ratio)"
 
     @property
     def _needs_behaviour(self) -> bool:

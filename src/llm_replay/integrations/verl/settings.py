@@ -81,6 +81,19 @@ class SamplerSettings:
                 "replay; start from an empty table"
             )
         recipe = RECIPES.get(str(data["method"]))
+        if recipe is not None and recipe.beyond_replay():
+            alone = [
+                r.name
+                for r in RECIPES.values()
+                if not r.beyond_replay() and r.replay == recipe.replay and r.loss == recipe.loss
+            ]
+            raise ConfigError(
+                f"{PREFIX}.method = {recipe.name!r}: the recipe also sets "
+                f"{', '.join(recipe.beyond_replay())}, which verl's trainer does not run (the "
+                "rollout and the loss's token terms are verl's own; docs/verl.md), so it would "
+                "not be the method measured under that name"
+                + (f"; method={alone[0]} is its replay and loss alone" if alone else "")
+            )
         replay = ReplayConfig.from_mapping(data, PREFIX)
         threshold = own.get("correct_threshold", 1.0)
         if isinstance(threshold, bool) or not isinstance(threshold, int | float):
