@@ -124,6 +124,31 @@ def test_a_loss_the_user_names_replaces_the_recipes_with_a_warning(
         load_config(None, ["replay.method=auto", "algorithm.advantage=grpo"])
 
 
+def test_a_refusal_of_a_part_the_recipe_set_says_where_it_came_from() -> None:
+    hint = r"replay.method 'auto' turns generation.adaptive on; set generation.adaptive.enabled"
+    with pytest.raises(ConfigError, match=r"stage_size = 2: must divide group_size = 5.*" + hint):
+        load_config(None, ["replay.method=auto", "generation.group_size=5"])
+    with pytest.raises(ConfigError, match=r"dynamic_sampling: choose one.*" + hint):
+        load_config(None, ["replay.method=auto", "generation.dynamic_sampling=true"])
+    # the same refusal for a setting the user made names no recipe
+    with pytest.raises(ConfigError, match=r"must divide group_size = 5") as own:
+        load_config(
+            None,
+            ["replay.method=auto", "generation.group_size=5", "generation.adaptive.stage_size=2"],
+        )
+    assert "replay.method" not in str(own.value)
+    assert load_config(
+        None, ["replay.method=auto", "generation.group_size=5", "generation.adaptive.enabled=false"]
+    )
+
+
+def test_a_token_control_of_another_mode_leaves_the_recipes_control_knobs() -> None:
+    clip = load_config(None, ["replay.method=auto", "algorithm.token_control=clip_cov"])
+    plain = load_config(None, ["algorithm.token_control=clip_cov"])
+    assert clip.algorithm.control_fraction == plain.algorithm.control_fraction  # Clip-Cov's own
+    assert clip.algorithm.control_rows == plain.algorithm.control_rows
+
+
 def test_other_methods_pass_through_untouched() -> None:
     data = {"method": "uniform", "capacity": 64}
     assert resolve_replay(data) is data

@@ -265,6 +265,16 @@ def test_auto_turns_on_kl_cov_and_adaptive_rollouts_where_left_none(tmp_path: Pa
         replay_adaptive={"enabled": False},
     )
     assert not plain.token_control.active and not plain.adaptive.enabled
+    # a partial field goes over the recipe's, field by field
+    partial = ReplayGRPOConfig(
+        **settings(tmp_path, scale_rewards="none"),
+        **fields,
+        replay_token_control={"fraction": 0.2},
+        replay_adaptive={"stage_size": 4},
+    )
+    assert (partial.token_control.mode, partial.token_control.fraction) == ("kl_cov", 0.2)
+    assert partial.token_control.rows == "replayed"
+    assert (partial.adaptive.enabled, partial.adaptive.stage_size) == (True, 4)
     # a TRL setting the recipe's adaptive rollouts cannot meet is refused, naming the recipe
     with pytest.raises(ValueError, match=r"steps_per_generation = 2.*replay_method 'auto' turns"):
         ReplayGRPOConfig(
@@ -379,6 +389,14 @@ def test_rows_stored_without_behaviour_log_probs_never_reach_a_run_that_reads_th
     kl_cov = {"replay_token_control": {"mode": "kl_cov", "rows": "replayed"}}
     resumed = build(ReplayGRPOConfig(**{**plain, "max_steps": 6}, **asymre, **kl_cov))
     with pytest.raises(ValueError, match=r"stored no behaviour log-probs.*replay_token_control"):
+        resumed.train(resume_from_checkpoint=True)
+    # a checkpoint from before the flag: the restored rows themselves are read
+    state_file = tmp_path / "out" / "checkpoint-4" / STATE_DIR / "replay_state.json"
+    state = json.loads(state_file.read_text())
+    del state["behaviour_stored"]
+    state_file.write_text(json.dumps(state))
+    resumed = build(ReplayGRPOConfig(**{**plain, "max_steps": 6}, **asymre, **kl_cov))
+    with pytest.raises(ValueError, match=r"resumed under replay_token_control.*every stored"):
         resumed.train(resume_from_checkpoint=True)
     saved = table.save(tmp_path / "zeros")
     knobs = {"replay_knobs": {"init_from": str(saved)}}

@@ -96,3 +96,20 @@ def test_a_sync_run_trains_on_the_previous_runs_table(tmp_path: Path) -> None:
     first_train = next(r for r in records if r["kind"] == "train")
     assert first_train["replay/preloaded"] > 0
     assert first_train["train/age_mean"] > 0  # the first batches already hold old rollouts
+
+
+def test_a_table_stored_without_behaviour_log_probs_is_refused_where_they_are_read(
+    tmp_path: Path,
+) -> None:
+    """TRL stores zeros for the behaviour where nothing reads it (AsymRE without KL-Cov); such a
+    table read by a loss with a ratio would look like a policy certain of every token."""
+    table = ReplayTable(64)
+    batch = make_batch(np.random.default_rng(0), 32, version=0)
+    zeros = np.zeros_like(batch.behaviour_logprobs)
+    table.insert(dataclasses.replace(batch, behaviour_logprobs=zeros))
+    saved = table.save(tmp_path / "zeros")
+    init = f"replay.init_from={saved}"
+    with pytest.raises(ValueError, match=r"replay\.init_from = .*every stored behaviour log-prob"):
+        SyncTrainer(tiny_config("uniform", tmp_path / "ratio", "train.iterations=1", init))
+    # AsymRE without KL-Cov never reads them: the same table is taken
+    SyncTrainer(tiny_config("positive", tmp_path / "asymre", "train.iterations=1", init))

@@ -458,7 +458,13 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...
                 raise ConfigError(f"--set {text!r}: {part!r} is not a section")
             node = child
         node[parts[-1]] = value
-    return typing.cast(Config, build(Config, recipes.resolve(data)))
+    try:
+        return typing.cast(Config, build(Config, recipes.resolve(data)))
+    except ConfigError as error:
+        hint = recipes.recipe_hint(data, str(error))
+        if not hint:
+            raise
+        raise ConfigError(f"{error}{hint}") from None
 
 
 def load_config(path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

@@ -75,7 +75,8 @@ class Recipe:
     def token_control(self) -> dict[str, Any]:
         """The recipe's token control in `TokenControl`'s fields (TRL's `replay_token_control`);
         empty where it sets none."""
-        if self.algorithm.get("token_control", "off") == "off":
+        weighted = self.algorithm.get("positive_weight", 1.0) != 1.0
+        if self.algorithm.get("token_control", "off") == "off" and not weighted:
             return {}
         fields = {"token_control": "mode", "control_rows": "rows", "control_fraction": "fraction"}
         fields |= {"control_coef": "coef", "control_low": "low", "control_high": "high"}
@@ -91,7 +92,7 @@ class Recipe:
         its generation settings and its token control."""
         out = [f"generation.{key}" for key in self.generation]
         if self.token_control():
-            out.append(f"algorithm.token_control ({self.algorithm['token_control']})")
+            out.append(f"algorithm.token_control ({self.algorithm.get('token_control', 'off')})")
         return out
 
     def describe(self) -> dict[str, Any]:
@@ -155,6 +156,31 @@ AUTO = Recipe(
 RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (AUTO, POSITIVE_SCHEDULE)}
 
 
+def recipe_hint(data: dict[str, Any], message: str) -> str:
+    """Words for a config error about a setting a recipe supplied rather than the user, so the
+    user learns where it came from and how to turn it off; empty otherwise."""
+    replay = data.get("replay")
+    recipe = RECIPES.get(str(replay.get("method"))) if isinstance(replay, dict) else None
+    if recipe is None:
+        return ""
+    generation = data.get("generation")
+    given = generation.get("adaptive") if isinstance(generation, dict) else None
+    if recipe.adaptive() and given is None and "adaptive" in message:
+        return (
+            f" (replay.method {recipe.name!r} turns generation.adaptive on; set "
+            "generation.adaptive.enabled=false to run without it)"
+        )
+    algorithm = data.get("algorithm")
+    named = isinstance(algorithm, dict) and "token_control" in algorithm
+    if recipe.token_control() and not named and "control" in message:
+        return (
+            f" (replay.method {recipe.name!r} sets algorithm.token_control = "
+            f"{recipe.algorithm.get('token_control')!r}; set algorithm.token_control=off to run "
+            "without it)"
+        )
+    return ""
+
+
 def resolve_replay(data: dict[str, Any]) -> dict[str, Any]:
     """`data` (a `replay:` mapping) with a recipe's name replaced by its method, knobs and
     options; the user's own knobs and option settings win. Anything else comes back as it is."""
@@ -166,7 +192,10 @@ def resolve_replay(data: dict[str, Any]) -> dict[str, Any]:
 
 def resolve(data: dict[str, Any]) -> dict[str, Any]:
     """A whole config mapping with its `replay.method` recipe resolved: the replay part as
-    `resolve_replay` does, and the recipe's loss with its knobs where the user names no loss."""
+    `resolve_replay` does; the recipe's algorithm settings (loss, its knobs, token control)
+    under the user's where the user names no loss or the recipe's own (a token control of
+    another mode drops the recipe's `control_*` knobs); its generation settings under the
+    user's, setting by setting."""
     replay = data.get("replay")
     if not isinstance(replay, dict) or str(replay.get("method")) not in RECIPES:
         return data
@@ -176,14 +205,21 @@ def resolve(data: dict[str, Any]) -> dict[str, Any]:
     if algorithm is None or (
         isinstance(algorithm, dict) and algorithm.get("loss", recipe.loss) == recipe.loss
     ):
-        out["algorithm"] = merged(recipe.algorithm, algorithm or {})
+        own = recipe.algorithm
+        mode = (algorithm or {}).get("token_control", own.get("token_control", "off"))
+        if mode != own.get("token_control", "off"):  # the recipe's control knobs are its mode's
+            own = {k: v for k, v in own.items() if not k.startswith("control_")}
+        out["algorithm"] = merged(own, algorithm or {})
     elif isinstance(algorithm, dict):
         log.warning(
             "replay.method = %r was measured with algorithm.loss = %r; this config trains with "
-            "algorithm.loss = %r (and without the recipe's other algorithm settings)",
+            "algorithm.loss = %r, without the recipe's other algorithm settings%s",
             recipe.name,
             recipe.loss,
             algorithm["loss"],
+            " (its generation settings stay: " + ", ".join(recipe.beyond_replay()) + ")"
+            if recipe.generation
+            else "",
         )
     generation = data.get("generation")
     if recipe.generation and (generation is None or isinstance(generation, dict)):

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_replay.buffer import Sample
+import numpy as np
+
+from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.buffer.checkpoint import atomic_directory
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import MethodConfig, MethodContext, OptionConfig
@@ -81,6 +83,26 @@ def follows_progress(options: Mapping[str, OptionConfig] | None = None) -> bool:
     return any(OPTIONS[name].needs_progress(o) for name, o in (options or {}).items() if o.enabled)
 
 
+ZERO_BEHAVIOUR_TOKENS = 64
+"""A table whose stored behaviour log-probs are all exactly 0 over at least this many tokens was
+written by a run that stored none (TRL's shortcut, `integrations.trl.rounds.behaviour_or_zeros`):
+sampled tokens that all had probability 1 in float32 do not happen at this count."""
+
+
+def refuse_zero_behaviour(source: ReplayTable, setting: str) -> None:
+    """Refuse rows stored without behaviour log-probs for a run that reads them (KL-Cov's term,
+    a ratio): their zeros would read as a behaviour policy that was certain of every token."""
+    rows, _ = source.get_batch(source.storage.keys_of(source.storage.live_in_order()))
+    logprobs = np.asarray(rows.behaviour_logprobs)
+    if logprobs.size >= ZERO_BEHAVIOUR_TOKENS and not np.any(logprobs):
+        raise ValueError(
+            f"{setting}: every stored behaviour log-prob is 0 ({logprobs.size} tokens): the run "
+            "that wrote the table stored none (AsymRE without KL-Cov, or the on-policy queue, "
+            "never reads them), and this run reads them; start from a table written with "
+            "behaviour log-probs"
+        )
+
+
 class ReplayHost:
     """A method with its options, context and signals, as every front end hosts it."""
 
@@ -97,13 +119,15 @@ class ReplayHost:
         shape: RunShape,
         *,
         init_from: str | Path | None = None,
+        reads_behaviour: bool = True,
     ) -> ReplayHost:
         options = dict(options or {})
         pipeline = ReplayPipeline.build(method, settings, shape.context(), options)
         if init_from is not None:
-            from llm_replay.buffer import ReplayTable
-
-            pipeline.preload(ReplayTable.read(init_from))
+            source = ReplayTable.read(init_from)
+            if reads_behaviour:
+                refuse_zero_behaviour(source, f"replay.init_from = {str(init_from)!r}")
+            pipeline.preload(source)
         return cls(pipeline, options)
 
     @property
@@ -137,7 +161,7 @@ class ReplayHost:
 
     @property
     def follows_progress(self) -> bool:
-        """An option needs the run's length (the anneal schedule, as in `auto`)."""
+        """An option needs the run's length (the anneal schedule, as in `auto` and `positive_schedule`)."""
         return follows_progress(self.option_settings)
 
     @property

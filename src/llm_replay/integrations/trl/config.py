@@ -33,8 +33,9 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         default="on_policy",
         metadata={
             "help": f"replay method of the llm-replay registry: {sorted(METHODS)}, or a recipe: "
-            f"{sorted(RECIPES)} ('auto', the recommended default, needs replay_loss='asymre'; "
-            "it sets replay_token_control and replay_adaptive where they are left None)"
+            f"{sorted(RECIPES)} ('auto', the recommended default, and 'positive_schedule' need "
+            "replay_loss='asymre'; 'auto' sets replay_token_control and replay_adaptive, field "
+            "by field under the ones given)"
         },
     )
     replay_knobs: dict[str, Any] | str | None = field(
@@ -117,12 +118,13 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
     def token_control_config(self) -> TokenControl:
         """`replay_token_control` checked as `algorithm.token_control` is, and against the loss
         types whose normalisers the KL-Cov term is reduced with."""
-        given = self.replay_token_control
+        given = json_mapping("replay_token_control", self.replay_token_control, "setting")
         recipe = RECIPES.get(self.replay_method)
-        from_recipe = given is None and recipe is not None and bool(recipe.token_control())
+        from_recipe = recipe is not None and bool(recipe.token_control())
         if from_recipe and recipe is not None:
-            given = recipe.token_control()
-        control = control_from(json_mapping("replay_token_control", given, "setting"))
+            given = recipe_over(recipe.token_control(), given, "mode")
+            from_recipe = given.get("mode") == recipe.token_control().get("mode")
+        control = control_from(given)
         if control.active and self.loss_type not in LOSS_TYPES:
             raise ValueError(
                 f"loss_type = {self.loss_type!r}: replay_token_control runs with {list(LOSS_TYPES)}"
@@ -138,16 +140,19 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
     def adaptive_config(self) -> AdaptiveRolloutConfig:
         """`replay_adaptive` checked as `generation.adaptive` is in a run config, and against the
         TRL fields it meets: the stages fill num_generations exactly, the advantage is per group.
-        Left None under a recipe, it is the recipe's, and a refusal says so."""
+        Under a recipe the user's fields go over the recipe's, and a refusal of the recipe's
+        part says so."""
         recipe = RECIPES.get(self.replay_method)
-        if self.replay_adaptive is not None or recipe is None or not recipe.adaptive():
-            return self._checked_adaptive(self.replay_adaptive)
+        given = json_mapping("replay_adaptive", self.replay_adaptive, "setting")
+        if recipe is None or not recipe.adaptive() or given.get("enabled") is False:
+            return self._checked_adaptive(given)
+        merged = recipe_over(recipe.adaptive(), given, "enabled")
         try:
-            return self._checked_adaptive(recipe.adaptive())
+            return self._checked_adaptive(merged)
         except ValueError as error:
             raise ValueError(
                 f"{error} (replay_method {recipe.name!r} turns AR3PO's adaptive rollouts on: "
-                f"replay_adaptive = {json.dumps(recipe.adaptive())}; set replay_adaptive = "
+                f"replay_adaptive = {json.dumps(merged)}; set replay_adaptive = "
                 "{'enabled': false} to run without them)"
             ) from None
 
@@ -205,6 +210,15 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
     def advantage_estimator(self) -> str:
         """The llm-replay name of the advantage TRL computes at generation."""
         return SCALE_TO_ADVANTAGE.get(str(self.scale_rewards), "grpo")
+
+
+def recipe_over(recipe: dict[str, Any], given: dict[str, Any], switch: str) -> dict[str, Any]:
+    """The user's fields over a recipe's, field by field, as `--set` does in a run config; a
+    user's `switch` field that turns the part off (or to another mode) drops the recipe's other
+    fields, which belong to its own setting of it."""
+    if switch in given and given[switch] != recipe.get(switch):
+        return given
+    return {**recipe, **given}
 
 
 def json_mapping(name: str, value: Any, key: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.buffer import Sample
 from llm_replay.data.batch import RolloutBatch
 
 ROUND_KEYS = (
@@ -61,26 +61,6 @@ def behaviour_or_zeros(out: Mapping[str, Any]) -> Tensor:
     if behaviour is None:
         return torch.zeros_like(out["completion_ids"], dtype=torch.float32)
     return behaviour
-
-
-ZERO_BEHAVIOUR_TOKENS = 64
-"""A table whose stored behaviour log-probs are all exactly 0 over at least this many tokens was
-written by a run that stored none (TRL's shortcut, `behaviour_or_zeros`): sampled tokens that all
-had probability 1 in float32 do not happen at this count."""
-
-
-def refuse_zero_behaviour(source: ReplayTable, setting: str) -> None:
-    """Refuse rows stored without behaviour log-probs for a run that reads them (KL-Cov's term,
-    a ratio): their zeros would read as a behaviour policy that was certain of every token."""
-    rows, _ = source.get_batch(source.storage.keys_of(source.storage.live_in_order()))
-    logprobs = np.asarray(rows.behaviour_logprobs)
-    if logprobs.size >= ZERO_BEHAVIOUR_TOKENS and not np.any(logprobs):
-        raise ValueError(
-            f"{setting}: every stored behaviour log-prob is 0 ({logprobs.size} tokens): the run "
-            "that wrote the table stored none (AsymRE without KL-Cov, or the on-policy queue, "
-            "never reads them), and this run reads them; start from a table written with "
-            "behaviour log-probs"
-        )
 
 
 def local_round(

@@ -41,13 +41,17 @@ from llm_replay.data.batch import RolloutBatch
 from llm_replay.integrations.trl.adaptive import TRLStages, one_input_per_prompt, shuffled
 from llm_replay.integrations.trl.callbacks import StepTimer
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
+from llm_replay.integrations.trl.resume import (
+    check_behaviour,
+    recipe_adaptive_hint,
+    refuse_missing_adaptive,
+)
 from llm_replay.integrations.trl.rounds import (
     behaviour_logprobs,
     behaviour_or_zeros,
     gather_round,
     local_round,
     process_rows,
-    refuse_zero_behaviour,
     step_major,
     to_rollouts,
     to_trl_inputs,
@@ -62,7 +66,7 @@ from llm_replay.integrations.trl.token_control import (
     weighted_advantages,
 )
 from llm_replay.learner import CovarianceSums, reused_rows
-from llm_replay.methods.host import ReplayHost, RunShape
+from llm_replay.methods.host import ReplayHost, RunShape, refuse_zero_behaviour
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 
@@ -115,7 +119,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 raise ValueError(
                     f"replay_adaptive.enabled: one process only ({self.accelerator.num_processes} "
                     "here): each stage's size depends on what the last one solved, so processes "
-                    "would disagree on the sizes of TRL's collectives"
+                    "would disagree on the sizes of TRL's collectives" + recipe_adaptive_hint(a)
                 )
             self.adaptive = AdaptiveRollouts(a.adaptive)
         self.token_control = a.token_control
@@ -246,22 +250,15 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 "ReplayGRPOTrainer?)"
             )
         state = self.host.load(directory, state_file=STATE_FILE)
-        if self._needs_behaviour and state.get("behaviour_stored") is False:
-            raise ValueError(
-                f"{directory}: the run that wrote this checkpoint stored no behaviour log-probs "
-                "(AsymRE without KL-Cov, or the on-policy queue, never reads them), and this "
-                f"run's {self._behaviour_reader()} does; resume it with the settings it was "
-                "started with, or start a new run"
-            )
+        table = getattr(self.pipeline.method, "table", None)
+        reader = self._behaviour_reader() if self._needs_behaviour else None
+        check_behaviour(state, directory, reader=reader, table=table)
         self.rounds = int(state["rounds"])
         self.meter.load_state_dict(state["meter"])
         self.reward_version = int(state.get("reward_version", 0))
         if self.adaptive is not None:
             if "adaptive" not in state:
-                raise ValueError(
-                    f"{directory}: the checkpoint has no adaptive rollout state (it was written "
-                    "without replay_adaptive)"
-                )
+                refuse_missing_adaptive(directory, recipe_adaptive_hint(self.args))
             self.adaptive.load_state(state["adaptive"])
         self._round = None
         self._control_generator = None

@@ -67,7 +67,7 @@ class SamplerSettings:
     mini_batch_prompts: int | None = None  # actor.ppo_mini_batch_size (else verl's config)
     total_steps: int | None = None  # for methods that follow the run's progress
     seed: int = 0
-    recipe: str | None = None  # the recipe `method` named (`auto`), resolved into `replay`
+    recipe: str | None = None  # the recipe `method` named (`positive_schedule`), resolved
 
     @classmethod
     def from_kwargs(cls, sampler_kwargs: Any) -> SamplerSettings:
@@ -129,7 +129,7 @@ class SamplerSettings:
         )
 
     def follows_progress(self) -> bool:
-        """Whether an option needs the run's length (the anneal schedule, as in `auto`)."""
+        """Whether an option needs the run's length (the anneal schedule, as in `positive_schedule`)."""
         return follows_progress(self.replay.options)
 
 
