@@ -64,6 +64,12 @@ ROWS = (
         "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
     (
+        "threaded runtime, chain_sum, 9·10⁵ on μ = 5",
+        "experiment_runtimes/against_on_policy_threaded",
+        "auto_threaded",
+        "**`auto`**, generation workers and the learner at once (issue #38)",
+    ),
+    (
         "inside TRL's GRPOTrainer, chain_sum",
         "experiment_trl",
         "trl_positive",
