@@ -137,6 +137,11 @@ class AlgorithmConfig:
     )
     head_gate_warmup: int = setting(10, "steps admitted before the gate may refuse one")
 
+    def reads_behaviour(self) -> bool:
+        """Whether training reads the stored behaviour log-probs: the loss's ratio, or KL-Cov's
+        term against the behaviour policy."""
+        return loss_class(self.loss).reads_behaviour or self.token_control == "kl_cov"
+
     def token_controls(self) -> TokenControl:
         return TokenControl(
             mode=self.token_control,

@@ -122,13 +122,18 @@ class ReplayHost:
         reads_behaviour: bool = True,
     ) -> ReplayHost:
         options = dict(options or {})
-        pipeline = ReplayPipeline.build(method, settings, shape.context(), options)
+        host = cls(ReplayPipeline.build(method, settings, shape.context(), options), options)
         if init_from is not None:
-            source = ReplayTable.read(init_from)
-            if reads_behaviour:
-                refuse_zero_behaviour(source, f"replay.init_from = {str(init_from)!r}")
-            pipeline.preload(source)
-        return cls(pipeline, options)
+            host.preload(init_from, "replay.init_from", reads_behaviour=reads_behaviour)
+        return host
+
+    def preload(self, path: str | Path, setting: str, *, reads_behaviour: bool) -> None:
+        """Start from the table at `path` (`setting` names it in a refusal): one stored without
+        behaviour log-probs is refused where training reads them."""
+        source = ReplayTable.read(path)
+        if reads_behaviour:
+            refuse_zero_behaviour(source, f"{setting} = {str(path)!r}")
+        self.pipeline.preload(source)
 
     @property
     def name(self) -> str:

@@ -188,12 +188,12 @@ def build_replay(config: Config) -> ReplayHost:
     """The replay method named by `config.replay`, with the options turned on for it, started
     from `replay.init_from`'s rollouts when given (a resumed run then loads its own state over
     it)."""
-    r, a = config.replay, config.algorithm
+    r = config.replay
     return ReplayHost.build(
         r.method,
         r.settings,
         r.options,
         run_shape(config),
         init_from=r.init_from,
-        reads_behaviour=a.loss != "asymre" or a.token_control == "kl_cov",
+        reads_behaviour=config.algorithm.reads_behaviour(),
     )

@@ -40,6 +40,7 @@ class AsymRE(Loss):
     Config = AsymREConfig
     advantage = "dr_grpo"
     trl_loss = "asymre"
+    reads_behaviour = False
 
     def __call__(self, x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
         assert isinstance(self.settings, AsymREConfig)

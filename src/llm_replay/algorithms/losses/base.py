@@ -103,6 +103,7 @@ class Loss(ABC):
     needs_proximal: ClassVar[bool] = False
     advantage: ClassVar[str | None] = None  # the advantage estimator it requires
     trl_loss: ClassVar[str | None] = None  # ReplayGRPOTrainer's `replay_loss` for it
+    reads_behaviour: ClassVar[bool] = True  # its gradient reads the behaviour log-probs
 
     def __init__(self, settings: LossConfig | None = None) -> None:
         settings = settings if settings is not None else self.Config()

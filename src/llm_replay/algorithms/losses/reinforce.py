@@ -15,6 +15,7 @@ class Reinforce(Loss):
     name = "reinforce"
     description = "A·log π_θ; on-policy only (no correction)"
     paper = "Williams 1992 (REINFORCE)"
+    reads_behaviour = False
 
     def __call__(self, x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
         return -x.advantages[:, None] * x.logprobs, {}

@@ -19,7 +19,7 @@ from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.config import ADAPTIVE_REFUSED, ReplayConfig
 from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.prompts import AdaptiveRolloutConfig
-from llm_replay.config.recipes import RECIPES
+from llm_replay.config.recipes import RECIPES, Recipe
 from llm_replay.integrations.trl.token_control import LOSS_TYPES, control_from
 from llm_replay.methods import METHODS
 
@@ -120,10 +120,10 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         types whose normalisers the KL-Cov term is reduced with."""
         given = json_mapping("replay_token_control", self.replay_token_control, "setting")
         recipe = RECIPES.get(self.replay_method)
-        from_recipe = recipe is not None and bool(recipe.token_control())
-        if from_recipe and recipe is not None:
-            given = recipe_over(recipe.token_control(), given, "mode")
-            from_recipe = given.get("mode") == recipe.token_control().get("mode")
+        own = {} if recipe is None else recipe.token_control()
+        if own:
+            given = recipe_over(own, given, "mode")
+        from_recipe = bool(own) and given.get("mode") == own.get("mode")
         control = control_from(given)
         if control.active and self.loss_type not in LOSS_TYPES:
             raise ValueError(
@@ -142,19 +142,34 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         TRL fields it meets: the stages fill num_generations exactly, the advantage is per group.
         Under a recipe the user's fields go over the recipe's, and a refusal of the recipe's
         part says so."""
+        given = json_mapping("replay_adaptive", self.replay_adaptive, "setting")
+        recipe = self.adaptive_recipe()
+        if recipe is None:
+            return self._checked_adaptive(given)
+        try:
+            return self._checked_adaptive(recipe_over(recipe.adaptive(), given, "enabled"))
+        except ValueError as error:
+            raise ValueError(f"{error}{self.recipe_adaptive_hint()}") from None
+
+    def adaptive_recipe(self) -> Recipe | None:
+        """The recipe that turns adaptive rollouts on in this config (None where it names none
+        or the user turned them off)."""
         recipe = RECIPES.get(self.replay_method)
         given = json_mapping("replay_adaptive", self.replay_adaptive, "setting")
         if recipe is None or not recipe.adaptive() or given.get("enabled") is False:
-            return self._checked_adaptive(given)
-        merged = recipe_over(recipe.adaptive(), given, "enabled")
-        try:
-            return self._checked_adaptive(merged)
-        except ValueError as error:
-            raise ValueError(
-                f"{error} (replay_method {recipe.name!r} turns AR3PO's adaptive rollouts on: "
-                f"replay_adaptive = {json.dumps(merged)}; set replay_adaptive = "
-                "{'enabled': false} to run without them)"
-            ) from None
+            return None
+        return recipe
+
+    def recipe_adaptive_hint(self, also: str = "") -> str:
+        """For a refusal of adaptive rollouts: which recipe turned them on and how to turn them
+        off (and `also`, another way out); empty where the user turned them on."""
+        recipe = self.adaptive_recipe()
+        if recipe is None:
+            return ""
+        return (
+            f" (replay_method {recipe.name!r} turns AR3PO's adaptive rollouts on; set "
+            "replay_adaptive = {'enabled': false} to run without them" + also + ")"
+        )
 
     def _checked_adaptive(self, given: Any) -> AdaptiveRolloutConfig:
         value = json_mapping("replay_adaptive", given, "setting")

@@ -40,22 +40,14 @@ def check_behaviour(
         refuse_zero_behaviour(table, f"{directory} (resumed under {reader})")
 
 
-def refuse_missing_adaptive(directory: Path, recipe_hint: str) -> None:
+def refuse_missing_adaptive(directory: Path, args: Any) -> None:
+    """A run with adaptive rollouts (`args`: its `ReplayGRPOConfig`) resuming a checkpoint
+    written without them; where a recipe turned them on, a run of the earlier `auto` resumes
+    under `positive_schedule`."""
+    hint = args.recipe_adaptive_hint(
+        ", or replay_method='positive_schedule' to resume a run of 'auto' from before issue #38"
+    )
     raise ValueError(
         f"{directory}: the checkpoint has no adaptive rollout state (it was written without "
-        f"replay_adaptive){recipe_hint}"
-    )
-
-
-def recipe_adaptive_hint(args: Any) -> str:
-    """Where `replay_adaptive` came from a recipe rather than the user, the words that say so."""
-    from llm_replay.config.recipes import RECIPES
-
-    recipe = RECIPES.get(args.replay_method)
-    if args.replay_adaptive is not None or recipe is None or not recipe.adaptive():
-        return ""
-    return (
-        f" (replay_method {recipe.name!r} turns AR3PO's adaptive rollouts on, since issue #38 for "
-        "'auto'; set replay_adaptive={'enabled': false} to run without them, or "
-        "replay_method='positive_schedule' to resume a run of the earlier 'auto')"
+        f"replay_adaptive){hint}"
     )

@@ -36,16 +36,12 @@ from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
 from llm_replay.algorithms.advantages import group_advantages
-from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.buffer import Sample
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.integrations.trl.adaptive import TRLStages, one_input_per_prompt, shuffled
 from llm_replay.integrations.trl.callbacks import StepTimer
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
-from llm_replay.integrations.trl.resume import (
-    check_behaviour,
-    recipe_adaptive_hint,
-    refuse_missing_adaptive,
-)
+from llm_replay.integrations.trl.resume import check_behaviour, refuse_missing_adaptive
 from llm_replay.integrations.trl.rounds import (
     behaviour_logprobs,
     behaviour_or_zeros,
@@ -66,7 +62,7 @@ from llm_replay.integrations.trl.token_control import (
     weighted_advantages,
 )
 from llm_replay.learner import CovarianceSums, reused_rows
-from llm_replay.methods.host import ReplayHost, RunShape, refuse_zero_behaviour
+from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 
@@ -119,15 +115,14 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 raise ValueError(
                     f"replay_adaptive.enabled: one process only ({self.accelerator.num_processes} "
                     "here): each stage's size depends on what the last one solved, so processes "
-                    "would disagree on the sizes of TRL's collectives" + recipe_adaptive_hint(a)
+                    "would disagree on the sizes of TRL's collectives" + a.recipe_adaptive_hint()
                 )
             self.adaptive = AdaptiveRollouts(a.adaptive)
         self.token_control = a.token_control
-        if a.replay.init_from is not None:  # replay_knobs: {"init_from": DIR}
-            source = ReplayTable.read(a.replay.init_from)
-            if self._needs_behaviour:
-                refuse_zero_behaviour(source, f"replay_knobs.init_from = {a.replay.init_from!r}")
-            self.pipeline.preload(source)
+        if a.replay.init_from is not None:  # after the settings _needs_behaviour reads
+            self.host.preload(
+                a.replay.init_from, "replay_knobs.init_from", reads_behaviour=self._needs_behaviour
+            )
         self._controlled: ControlledMicroBatch | None = None
         self._covariance = CovarianceSums()
         self._treated: list[float] = []
@@ -258,7 +253,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         self.reward_version = int(state.get("reward_version", 0))
         if self.adaptive is not None:
             if "adaptive" not in state:
-                refuse_missing_adaptive(directory, recipe_adaptive_hint(self.args))
+                refuse_missing_adaptive(directory, self.args)
             self.adaptive.load_state(state["adaptive"])
         self._round = None
         self._control_generator = None
