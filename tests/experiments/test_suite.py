@@ -14,6 +14,7 @@ from llm_replay.experiments.compare import run_config
 from llm_replay.experiments.suite import (
     across_tasks,
     load_suite,
+    median_across_uncertainty,
     run_suite,
     suite_markdown,
     suite_summary,
@@ -122,15 +123,40 @@ def test_the_reading_across_tasks_by_hand() -> None:
     assert reading["methods"]["m"]["tasks"]["b"]["entropy_kept"] is False
     assert across_tasks({})["median_ratio"] is None
     text = suite_markdown(reading)
-    assert "| m | 3 (3) | 0.80× | not reached | -2.0 | 2/3 | 3/3 |" in text
+    assert across["median_ratio_ci95"] == [0.8, 0.8]  # every seed alike: nothing moves it
+    assert across["median_ratio_within_goal"] == 0.0
+    assert "| m | 3 (3) | 0.80× [0.80–0.80×] | 0% | not reached | -2.0 | 2/3 | 3/3 |" in text
     # c's baseline ends 1 point above where it started: no gain to save, read for harm only
     gains = suite_summary(summaries, "base", {"a": 0.3, "b": 0.2, "c": 0.29})
     across = gains["methods"]["m"]["across"]
     assert (across["gain_tasks"], across["worst_ratio"]) == (2, 0.8)
     assert across["median_ratio"] == pytest.approx(0.6)
+    assert across["median_ratio_ci95"] == pytest.approx([0.6, 0.6])
     assert across["worst_margin"] == -2.0 and gains["tasks"]["c"]["no_gain"]
     assert gains["tasks"]["a"]["baseline_gain_points"] == pytest.approx(20.0)
     assert "| m | c | 3 | no gain to save |" in suite_markdown(gains)
+
+
+def test_the_median_across_tasks_resampled_over_seeds_by_hand() -> None:
+    # one task, seeds [0.2, 0.8]: a resample's median is 0.2 (both draws 0.2, 1/4), 0.5 (one of
+    # each, 1/2) or 0.8 (1/4), so 3/4 of resamples are at or under 0.5× and the interval spans both
+    one = median_across_uncertainty([[0.2, 0.8]], seed=1)
+    assert one is not None and one["ci95"] == pytest.approx([0.2, 0.8])
+    assert one["within_goal"] == pytest.approx(0.75, abs=0.02)  # 9999 resamples: SE 0.004
+    # beside a task at 0.3× on every seed: the across-task median is the mean of the two tasks'
+    # medians, (0.3 + {0.2, 0.5, 0.8}) / 2 = 0.25, 0.4 or 0.55, at or under 0.5× in 3/4
+    two = median_across_uncertainty([[0.3, 0.3, 0.3], [0.2, 0.8]], seed=2)
+    assert two is not None and two["ci95"] == pytest.approx([0.25, 0.55])
+    assert two["within_goal"] == pytest.approx(0.75, abs=0.02)
+    # "never reached" is +inf: a task never reached on every seed keeps the median infinite
+    never = median_across_uncertainty([[0.4, 0.4], [None, None]])
+    assert never is not None and never["ci95"] == [None, None] and never["within_goal"] == 0.0
+    # a task reached on one seed in three: a resample's median is finite when two or three of
+    # its three draws are the reached seed, 3·(1/3)²·(2/3) + (1/3)³ = 7/27
+    third = median_across_uncertainty([[0.1, None, None]], goal=0.5)
+    assert third is not None and third["within_goal"] == pytest.approx(7 / 27, abs=0.02)
+    assert median_across_uncertainty([[0.4], [0.6]]) is None  # one seed a task: no spread
+    assert median_across_uncertainty([]) is None
 
 
 def test_compare_and_report_a_suite(

@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llm_replay.config import ConfigError
 from llm_replay.experiments.compare import planned_runs, run_experiment, summarise
 from llm_replay.experiments.experiment_file import (
@@ -55,6 +57,9 @@ MIN_GAIN_POINTS = 2.0
 """A task on which the baseline gains less than this (final over starting accuracy, held-out,
 points) is a no-gain task: there is no saving to measure, so its compute ratio is left out of
 the median and the worst ratio, and it is read for harm only (worst margin, final accuracy)."""
+MEDIAN_RATIO_GOAL = 0.5
+"""Issue #38's acceptance: the median over the tasks the baseline gains on of the compute ratio."""
+BOOTSTRAP_RESAMPLES = 9999
 NOISE_FLOOR_SEEDS = 3
 """The baseline runs a noise-floor split reads as the baseline (the suite's rows have three
 seeds); the others are read as a method. Needs at least one more finished baseline run."""
@@ -270,14 +275,50 @@ def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if not r.get("no_gain")
     ]
     margins = [float(r["worst_margin"]) for r in rows.values() if r["worst_margin"] is not None]
+    per_seed = [r.get("ratio_per_seed") or [] for r in rows.values() if not r.get("no_gain")]
+    uncertainty = median_across_uncertainty(per_seed) if ratios else None
     return {
         "tasks": len(rows),
         "gain_tasks": len(ratios),
         "median_ratio": statistics.median(ratios) if ratios else None,
+        "median_ratio_ci95": None if uncertainty is None else uncertainty["ci95"],
+        "median_ratio_within_goal": None if uncertainty is None else uncertainty["within_goal"],
         "worst_ratio": max(ratios) if ratios else None,
         "worst_margin": min(margins) if margins else None,
         "entropy_kept": sum(bool(r["entropy_kept"]) for r in rows.values()),
         "pass_kept": sum(bool(r["pass_kept"]) for r in rows.values()),
+    }
+
+
+def median_across_uncertainty(
+    per_seed: Sequence[Sequence[float | None]],
+    *,
+    goal: float = MEDIAN_RATIO_GOAL,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, Any] | None:
+    """How far the median across tasks would move with other seeds: a bootstrap that resamples
+    each task's seeds (its per-seed ratios, "never reached" as +inf) with replacement, takes each
+    task's median and then the median across tasks. Returns the 95% percentile interval (an
+    infinite bound as None) and the share of resamples at or under `goal`: with five seeds a task,
+    a median of 0.52× may be on either side of 0.5×, and this says how often. None when no task
+    has two seeds (nothing to resample)."""
+    tasks = [np.array([np.inf if v is None else float(v) for v in s]) for s in per_seed]
+    tasks = [t for t in tasks if t.size]
+    if not tasks or all(t.size < 2 for t in tasks):
+        return None
+    rng = np.random.default_rng(seed)
+    medians = np.empty((resamples, len(tasks)))
+    for j, values in enumerate(tasks):
+        draws = rng.integers(0, values.size, size=(resamples, values.size))
+        medians[:, j] = np.median(values[draws], axis=1)
+    across = np.median(medians, axis=1)
+    with np.errstate(invalid="ignore"):  # inf - inf where both neighbours are never-reached
+        low, high = np.percentile(across, [2.5, 97.5])
+    return {
+        "ci95": [float(b) if np.isfinite(b) else None for b in (low, high)],
+        "within_goal": float(np.mean(across <= goal)),
+        "goal": goal,
     }
 
 
@@ -303,15 +344,19 @@ def suite_markdown(reading: dict[str, Any]) -> str:
         f"Against `{reading['baseline']}`; compute to its final accuracy on the μ = 5 basis "
         "(× its own), medians over seeds.",
         "",
-        "| method | tasks (baseline gains on) | median ratio | worst ratio | worst margin "
-        f"(points) | entropy kept | {PASS_KEY} kept |",
-        "|---|---|---|---|---|---|---|",
+        "| method | tasks (baseline gains on) | median ratio [95% over seeds] | "
+        f"resamples ≤ {MEDIAN_RATIO_GOAL}× | worst ratio | worst margin (points) | entropy kept "
+        f"| {PASS_KEY} kept |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in reading["methods"].items():
         a = entry["across"]
+        within = a.get("median_ratio_within_goal")
         lines.append(
             f"| {method} | {a['tasks']} ({a.get('gain_tasks', a['tasks'])}) | "
-            f"{_x(a['median_ratio'])} | {_x(a['worst_ratio'])} | {_pts(a['worst_margin'])} | "
+            f"{_x(a['median_ratio'])}{_interval(a.get('median_ratio_ci95'))} | "
+            f"{'—' if within is None else f'{within:.0%}'} | "
+            f"{_x(a['worst_ratio'])} | {_pts(a['worst_margin'])} | "
             f"{a['entropy_kept']}/{a['tasks']} | {a['pass_kept']}/{a['tasks']} |"
         )
     lines += [
@@ -351,6 +396,13 @@ def _x(value: float | None) -> str:
     if value is None:
         return "—"
     return "not reached" if math.isinf(value) else f"{value:.2f}×"
+
+
+def _interval(bounds: list[float | None] | None) -> str:
+    if bounds is None:
+        return ""
+    low, high = (math.inf if b is None else b for b in bounds)
+    return f" [{_x(low)}–{_x(high)}]".replace("×–", "–")
 
 
 def _pts(value: float | None) -> str:

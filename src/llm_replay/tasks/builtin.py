@@ -22,6 +22,14 @@ The suite (issue #38), tasks of other kinds to choose a default on, each with it
 - `lcm` (arithmetic beyond sums): the least common multiple of two numbers ≤ 20, as `lcm[20,4]=`
   → `20`.
 
+Held out (`HELD_OUT_TASKS`): tasks no default was chosen on, added after `auto` was fixed to check
+that it transfers (issue #38), with models built the same way:
+
+- `simple_equations` (algebra): solve a linear equation with one unknown and terms ≤ 9, as
+  `8*t-9=23:` → `4`.
+- `count_primes` (number theory, counting): how many primes lie in a range within 1–100, as
+  `16,53#` → `10`.
+
 `PENDING_TASKS` holds two more (`base_conversion`, algorithmic; `caesar_cipher`, string
 manipulation) whose models are not shipped yet.
 
@@ -83,6 +91,15 @@ SUITE_TASKS: dict[str, dict[str, Any]] = {
     "lcm": _suite_task("lcm", {"min_value": 1, "max_value": 20}, "lcm{numbers}="),
 }
 
+HELD_OUT_TASKS: dict[str, dict[str, Any]] = {  # never used to choose a default
+    "simple_equations": _suite_task(
+        "simple_equations",
+        {"min_terms": 2, "max_terms": 3, "min_value": 1, "max_value": 9},
+        "{equation}:",
+    ),
+    "count_primes": _suite_task("count_primes", {"min_n": 1, "max_n": 100}, "{start},{end}#"),
+}
+
 PENDING_TASKS: dict[str, dict[str, Any]] = {  # specs whose models are not shipped yet
     "base_conversion": _suite_task(
         "base_conversion",
@@ -103,6 +120,7 @@ BUILTIN_TASKS: dict[str, dict[str, Any]] = {
     "chain_sum": CHAIN_SUM,
     "spell_backward": SPELL_BACKWARD,
     **SUITE_TASKS,
+    **HELD_OUT_TASKS,
 }
 
 ANSWER_TOKENS: dict[str, int] = {
@@ -116,6 +134,8 @@ ANSWER_TOKENS: dict[str, int] = {
     "caesar_cipher": 16,
     "binary_alternation": 4,
     "lcm": 5,
+    "simple_equations": 5,
+    "count_primes": 4,
 }
 
 
