@@ -157,6 +157,43 @@ def test_the_median_across_tasks_resampled_over_seeds_by_hand() -> None:
     assert third is not None and third["within_goal"] == pytest.approx(7 / 27, abs=0.02)
     assert median_across_uncertainty([[0.4], [0.6]]) is None  # one seed a task: no spread
     assert median_across_uncertainty([]) is None
+    with pytest.raises(ValueError, match="per_seed"):
+        median_across_uncertainty([[0.4, math.nan]])
+
+
+def test_the_medians_interval_reads_right_in_every_case() -> None:
+    def line(across: dict) -> str:
+        base = {"tasks": 2, "gain_tasks": 2, "median_ratio": 0.5, "worst_ratio": 0.9}
+        base |= {"worst_margin": 0.0, "entropy_kept": 2, "pass_kept": 2}
+        reading = {
+            "baseline": "b",
+            "tasks": {},
+            "methods": {"m": {"tasks": {}, "across": base | across}},
+        }
+        return next(x for x in suite_markdown(reading).splitlines() if x.startswith("| m |"))
+
+    finite = line({"median_ratio_ci95": [0.28, 0.72], "median_ratio_within_goal": 0.29})
+    assert "| 0.50× [0.28–0.72×] | 29% |" in finite
+    open_above = line({"median_ratio_ci95": [0.28, None], "median_ratio_within_goal": 0.996})
+    assert "| 0.50× [0.28×–not reached] | >99% |" in open_above
+    never = line({"median_ratio_ci95": [None, None], "median_ratio_within_goal": 0.004})
+    assert "| 0.50× [not reached] | <1% |" in never
+    assert "| 0.50× | — |" in line({})  # a summary without the bootstrap
+    # rows from before per-seed ratios were kept count with their median, held fixed
+    rows = {
+        "a": {"ratio": 0.3, "worst_margin": 0.0, "entropy_kept": True, "pass_kept": True},
+        "b": {
+            "ratio": 0.9,
+            "ratio_per_seed": [0.2, 0.9, 2.0],
+            "worst_margin": 0.0,
+            "entropy_kept": True,
+            "pass_kept": True,
+        },
+    }
+    across = across_tasks(rows)
+    assert across["median_ratio"] == pytest.approx(0.6)
+    low, high = across["median_ratio_ci95"]
+    assert low == pytest.approx((0.3 + 0.2) / 2) and high == pytest.approx((0.3 + 2.0) / 2)
 
 
 def test_compare_and_report_a_suite(

@@ -15,7 +15,8 @@ The reading across tasks (`suite_summary`) puts, for every method and task, the 
 needed to reach the baseline's final accuracy (the μ = 5 basis), its worst margin against the
 baseline's seed band after the first tenth of the budget, its final accuracy, entropy and pass@k
 beside the baseline's interval; and across tasks the median and the worst ratio and the worst
-margin, the acceptance reading of issue #38. A task on which the baseline gains less than
+margin, the acceptance reading of issue #38; beside the median, how far other seeds would move
+it (a bootstrap over each task's seeds, the set of tasks held fixed). A task on which the baseline gains less than
 `MIN_GAIN_POINTS` over its starting accuracy has no saving to measure: it stays in the suite to
 show that replay does no harm (worst margin, final accuracy) and is left out of the ratios.
 """
@@ -58,8 +59,10 @@ MIN_GAIN_POINTS = 2.0
 points) is a no-gain task: there is no saving to measure, so its compute ratio is left out of
 the median and the worst ratio, and it is read for harm only (worst margin, final accuracy)."""
 MEDIAN_RATIO_GOAL = 0.5
-"""Issue #38's acceptance: the median over the tasks the baseline gains on of the compute ratio."""
+"""Issue #38's acceptance: the median compute ratio over the tasks the baseline gains on is at
+most this."""
 BOOTSTRAP_RESAMPLES = 9999
+"""Resamples of the bootstrap over seeds behind the median's interval (`median_across_uncertainty`)."""
 NOISE_FLOOR_SEEDS = 3
 """The baseline runs a noise-floor split reads as the baseline (the suite's rows have three
 seeds); the others are read as a method. Needs at least one more finished baseline run."""
@@ -275,7 +278,9 @@ def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if not r.get("no_gain")
     ]
     margins = [float(r["worst_margin"]) for r in rows.values() if r["worst_margin"] is not None]
-    per_seed = [r.get("ratio_per_seed") or [] for r in rows.values() if not r.get("no_gain")]
+    per_seed = [  # a summary from before per-seed ratios were kept: its median, held fixed
+        r.get("ratio_per_seed") or [r["ratio"]] for r in rows.values() if not r.get("no_gain")
+    ]
     uncertainty = median_across_uncertainty(per_seed) if ratios else None
     return {
         "tasks": len(rows),
@@ -300,10 +305,14 @@ def median_across_uncertainty(
     """How far the median across tasks would move with other seeds: a bootstrap that resamples
     each task's seeds (its per-seed ratios, "never reached" as +inf) with replacement, takes each
     task's median and then the median across tasks. Returns the 95% percentile interval (an
-    infinite bound as None) and the share of resamples at or under `goal`: with five seeds a task,
-    a median of 0.52× may be on either side of 0.5×, and this says how often. None when no task
-    has two seeds (nothing to resample)."""
+    infinite bound as None) and the share of resamples at or under `goal`: at three to five seeds
+    a task, a median of 0.52× may be on either side of 0.5×, and this says how often. The set of
+    tasks is held fixed, so it measures seed noise, not how another choice of tasks would read;
+    the share is a bootstrap frequency, not the probability that the goal is met. None when no
+    task has two seeds (nothing to resample)."""
     tasks = [np.array([np.inf if v is None else float(v) for v in s]) for s in per_seed]
+    if any(np.isnan(t).any() for t in tasks):
+        raise ValueError(f"per_seed = {per_seed!r}: a ratio is NaN (never reached is None)")
     tasks = [t for t in tasks if t.size]
     if not tasks or all(t.size < 2 for t in tasks):
         return None
@@ -351,11 +360,10 @@ def suite_markdown(reading: dict[str, Any]) -> str:
     ]
     for method, entry in reading["methods"].items():
         a = entry["across"]
-        within = a.get("median_ratio_within_goal")
         lines.append(
             f"| {method} | {a['tasks']} ({a.get('gain_tasks', a['tasks'])}) | "
             f"{_x(a['median_ratio'])}{_interval(a.get('median_ratio_ci95'))} | "
-            f"{'—' if within is None else f'{within:.0%}'} | "
+            f"{_share(a.get('median_ratio_within_goal'))} | "
             f"{_x(a['worst_ratio'])} | {_pts(a['worst_margin'])} | "
             f"{a['entropy_kept']}/{a['tasks']} | {a['pass_kept']}/{a['tasks']} |"
         )
@@ -399,10 +407,26 @@ def _x(value: float | None) -> str:
 
 
 def _interval(bounds: list[float | None] | None) -> str:
+    """` [0.28–0.72×]`, ` [0.28×–not reached]` or ` [not reached]`; empty without an interval."""
     if bounds is None:
         return ""
-    low, high = (math.inf if b is None else b for b in bounds)
-    return f" [{_x(low)}–{_x(high)}]".replace("×–", "–")
+    low, high = bounds
+    if low is None:
+        return " [not reached]"
+    if high is None:
+        return f" [{low:.2f}×–not reached]"
+    return f" [{low:.2f}–{high:.2f}×]"
+
+
+def _share(value: float | None) -> str:
+    """A share of resamples, never rounded to a certainty it is not."""
+    if value is None:
+        return "—"
+    if 0 < value < 0.01:
+        return "<1%"
+    if 0.99 < value < 1:
+        return ">99%"
+    return f"{value:.0%}"
 
 
 def _pts(value: float | None) -> str:

@@ -25,8 +25,8 @@ The suite (issue #38), tasks of other kinds to choose a default on, each with it
 Held out (`HELD_OUT_TASKS`): tasks no default was chosen on, added after `auto` was fixed to check
 that it transfers (issue #38), with models built the same way:
 
-- `simple_equations` (algebra): solve a linear equation with one unknown and terms ≤ 9, as
-  `8*t-9=23:` → `4`.
+- `simple_equations` (algebra): solve a linear equation in two or three terms for its unknown,
+  whose value is 1–9 (the constants are larger), as `8*t-9=23:` → `4`.
 - `count_primes` (number theory, counting): how many primes lie in a range within 1–100, as
   `16,53#` → `10`.
 
