@@ -54,14 +54,20 @@ ROWS = (
     (
         "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
-        "ar3po",
-        "on-policy with AR3PO's adaptive rollouts and response reuse (issue #38, one seed)",
-    ),
-    (
-        "spell_backward, 3.6·10⁷ on μ = 5",
-        "experiment_spell/against_on_policy_4x",
         "auto_kl_cov_ar3po",
         "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+    ),
+    (
+        "held-out task simple_equations, 10⁶ on μ = 5",
+        "experiment_heldout/simple_equations",
+        "auto",
+        "**`auto`** on a task added after it was chosen (issue #38)",
+    ),
+    (
+        "held-out task count_primes, 10⁶ on μ = 5",
+        "experiment_heldout/count_primes",
+        "auto",
+        "**`auto`** on a task added after it was chosen (issue #38)",
     ),
     (
         "threaded runtime, chain_sum, 9·10⁵ on μ = 5",
