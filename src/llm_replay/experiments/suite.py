@@ -16,9 +16,10 @@ needed to reach the baseline's final accuracy (the μ = 5 basis), its worst marg
 baseline's seed band after the first tenth of the budget, its final accuracy, entropy and pass@k
 beside the baseline's interval; and across tasks the median and the worst ratio and the worst
 margin, the acceptance reading of issue #38; beside the median, how far other seeds would move
-it (a bootstrap over each task's seeds, the set of tasks held fixed). A task on which the baseline gains less than
-`MIN_GAIN_POINTS` over its starting accuracy has no saving to measure: it stays in the suite to
-show that replay does no harm (worst margin, final accuracy) and is left out of the ratios.
+it (a bootstrap over each task's seeds, the set of tasks held fixed). A task on which the
+baseline gains less than `MIN_GAIN_POINTS` over its starting accuracy has no saving to measure:
+it stays in the suite to show that replay does no harm (worst margin, final accuracy) and is
+left out of the ratios.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ MEDIAN_RATIO_GOAL = 0.5
 """Issue #38's acceptance: the median compute ratio over the tasks the baseline gains on is at
 most this."""
 BOOTSTRAP_RESAMPLES = 9999
-"""Resamples of the bootstrap over seeds behind the median's interval (`median_across_uncertainty`)."""
+"""Resamples of the bootstrap over seeds behind the median's interval
+(`median_across_uncertainty`)."""
 NOISE_FLOOR_SEEDS = 3
 """The baseline runs a noise-floor split reads as the baseline (the suite's rows have three
 seeds); the others are read as a method. Needs at least one more finished baseline run."""
