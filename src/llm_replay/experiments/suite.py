@@ -283,7 +283,7 @@ def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     per_seed = [  # a summary from before per-seed ratios were kept: its median, held fixed
         r.get("ratio_per_seed") or [r["ratio"]] for r in rows.values() if not r.get("no_gain")
     ]
-    uncertainty = median_across_uncertainty(per_seed) if ratios else None
+    uncertainty = median_across_uncertainty(per_seed)
     return {
         "tasks": len(rows),
         "gain_tasks": len(ratios),
