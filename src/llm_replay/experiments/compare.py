@@ -48,6 +48,7 @@ from llm_replay.experiments.experiment_file import (
     read_experiment_file,
     with_baseline,
 )
+from llm_replay.experiments.fingerprint import fingerprints
 from llm_replay.runtime.layout import CHECKPOINT_DIR, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
@@ -212,9 +213,12 @@ def _archived(experiment: Experiment, method: str, seed: int) -> bool:
 
 def protocol_of(config: Any) -> dict[str, Any]:
     """What makes two runs comparable: the resolved config, less where it logs and the device
-    (a run may be resumed on another machine), in its JSON form."""
+    (a run may be resumed on another machine), in its JSON form, with the content fingerprints
+    of its model and task (`experiments/fingerprint.py`: a setting can keep its name while
+    what it names changes)."""
     tree = {k: v for k, v in config.to_dict().items() if k != "log"}
     tree["model"] = {k: v for k, v in tree.get("model", {}).items() if k != "device"}
+    tree["fingerprint"] = fingerprints(config)
     return dict(json.loads(json.dumps(tree, default=str)))
 
 
