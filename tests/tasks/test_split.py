@@ -112,6 +112,10 @@ def test_a_tiny_space_warns_in_the_run_log(caplog: pytest.LogCaptureFixture) -> 
     assert any(
         "train split" in r.getMessage() and "unique" in r.getMessage() for r in caplog.records
     )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="llm_replay.tasks.builder"):
+        assert build_task(config, quiet=True).train == task.train  # a reader, not a run
+    assert not caplog.records
 
 
 def test_bad_eval_fraction_is_named(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def task_fingerprint(config: Any) -> str:
     if settings not in _TASK_HASHES:
         from llm_replay.tasks.builder import build_task
 
-        task = build_task(config)
+        task = build_task(config, quiet=True)
         digest = hashlib.sha256()
         for split, problems in (("train", task.train), ("eval", task.eval)):
             digest.update(split.encode() + b"\0")

@@ -14,10 +14,11 @@ from llm_replay.tasks.rewards import SafeScorer
 log = logging.getLogger(__name__)
 
 
-def build_task(config: Config) -> Task:
-    """The configured task; a split that came out short or mostly repeats is logged as a warning."""
+def build_task(config: Config, *, quiet: bool = False) -> Task:
+    """The configured task; a split that came out short or mostly repeats is logged as a warning
+    (unless `quiet`: a caller that only reads the problems, not the run that trains on them)."""
     task = _make_task(config)
-    for report in getattr(task, "split_reports", ()):
+    for report in () if quiet else getattr(task, "split_reports", ()):
         message = report.warning()
         if message:
             log.warning("task %s: %s", task.name, message)
