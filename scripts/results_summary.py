@@ -77,7 +77,7 @@ ROWS = (
     ),
     (
         "inside TRL's GRPOTrainer, chain_sum",
-        "experiment_trl",
+        "experiment_trl/current",
         "trl_positive",
         "positive-biased replay + AsymRE",
     ),
