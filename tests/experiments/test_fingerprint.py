@@ -4,7 +4,9 @@ content changes is refused, and nothing else is."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,12 @@ from safetensors.torch import load_file, save_file
 
 from llm_replay.cli import main
 from llm_replay.config import load_config
-from llm_replay.experiments.fingerprint import fingerprints, model_fingerprint, task_fingerprint
+from llm_replay.experiments.fingerprint import (
+    _TASK_HASHES,
+    fingerprints,
+    model_fingerprint,
+    task_fingerprint,
+)
 from llm_replay.models.loading import resolve_model_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,8 +59,9 @@ def test_a_model_is_fingerprinted_by_content_not_by_place_or_time(tmp_path: Path
 def test_a_task_is_fingerprinted_by_its_problems() -> None:
     small = ["task.train_size=50", "task.eval_size=10"]
     base = load_config("on_policy", small)
-    same = load_config("uniform", small)  # another method on the same task
-    assert task_fingerprint(base) == task_fingerprint(same)
+    first = task_fingerprint(base)
+    _TASK_HASHES.clear()  # built again, not read from the cache
+    assert task_fingerprint(load_config("uniform", small)) == first  # another method, same task
     assert task_fingerprint(base) != task_fingerprint(
         load_config("on_policy", [*small, "task.seed=7"])
     )
@@ -63,8 +71,23 @@ def test_a_task_is_fingerprinted_by_its_problems() -> None:
     assert set(fingerprints(base)) == {"model", "task"}
 
 
+def test_a_dataset_task_is_fingerprinted_by_its_file(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    rows = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(200)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = load_config("on_policy", ["task.kind=dataset", f"task.path={data}"])
+    before = task_fingerprint(config)
+    rows[3]["answer"] = "5"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _TASK_HASHES.clear()  # a new process: the same settings, another file
+    assert task_fingerprint(config) != before
+
+
 def test_an_archive_of_another_model_with_the_same_path_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.chdir(ROOT)
     model = copy_builtin(tmp_path / "model")
@@ -106,6 +129,11 @@ methods:
     error = capsys.readouterr().out.replace("\n", "")
     assert "another protocol (fingerprint.model: 'sha256:" in error
     assert not (tmp_path / "out" / "full" / "on_policy" / "seed-0" / "summary.json").exists()
+    shutil.rmtree(model)  # absent on this machine: not comparable, so restored as before
+    with caplog.at_level(logging.WARNING, logger="llm_replay.experiments.compare"):
+        assert main(["report", str(path)]) == 0
+    assert any("content not checked against the archive" in r.getMessage() for r in caplog.records)
+    assert (tmp_path / "out" / "full" / "on_policy" / "seed-0" / "summary.json").is_file()
 
 
 def test_archives_from_before_fingerprints_still_restore(tmp_path: Path) -> None:
@@ -116,8 +144,35 @@ def test_archives_from_before_fingerprints_still_restore(tmp_path: Path) -> None
     (run / "summary.json").write_text("{}")
     (run / "metrics.jsonl").write_text('{"kind": "eval", "iteration": 0}\n')
     archive_run(run, tmp_path / "archive", "on_policy", 0, {"train": {"seed": 0}})
-    now = {"train": {"seed": 0}, "fingerprint": {"model": "sha256:00", "task": "sha256:11"}}
-    assert restore_run(tmp_path / "archive", tmp_path / "again", "on_policy", 0, now)
+
+    def not_asked() -> dict[str, str]:
+        raise AssertionError("an archive without a fingerprint needs none computed")
+
+    now = {"train": {"seed": 0}}
+    assert restore_run(tmp_path / "archive", tmp_path / "again", "on_policy", 0, now, not_asked)
+    assert archive_run(run, tmp_path / "archive", "on_policy", 0, now, not_asked) is None
+
+
+def test_a_fingerprint_is_computed_only_where_it_is_written_or_checked(tmp_path: Path) -> None:
+    from llm_replay.experiments.archive import ArchiveMismatch, archive_run, restore_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    (run / "metrics.jsonl").write_text('{"kind": "eval", "iteration": 0}\n')
+    calls: list[str] = []
+
+    def content(value: str) -> Callable[[], dict[str, str]]:
+        return lambda: calls.append(value) or {"model": value}
+
+    archive = tmp_path / "archive"
+    assert archive_run(run, archive, "m", 0, {"seed": 0}, content("a")) is not None
+    assert archive_run(run, archive, "m", 0, {"seed": 0}, content("b")) is None  # there already
+    assert not restore_run(archive, run, "m", 0, {"seed": 0}, content("c"))  # finished locally
+    assert calls == ["a"]
+    with pytest.raises(ArchiveMismatch, match=r"fingerprint.model: 'a' -> 'd'"):
+        restore_run(archive, tmp_path / "elsewhere", "m", 0, {"seed": 0}, content("d"))
+    assert restore_run(archive, tmp_path / "elsewhere", "m", 0, {"seed": 0}, content("a"))
 
 
 def test_a_reward_model_is_fingerprinted_when_set(tmp_path: Path) -> None:

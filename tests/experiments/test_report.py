@@ -94,3 +94,45 @@ def test_more_methods_than_colours_come_round_dash_dotted() -> None:
     assert len(styles) == 26
     assert styles["m0"]["color"] == styles["m18"]["color"]
     assert "linestyle" not in styles["m0"] and styles["m18"]["linestyle"] == "-."
+
+
+def test_a_median_line_stops_where_most_of_its_seeds_have_ended(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Three seeds ending at 20, 20 and 29 steps: past 20 only one seed is left, and the line
+    and band stop there instead of drawing that seed as the median."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from llm_replay.experiments.analysis import RunCurves
+    from llm_replay.experiments.report import _band
+
+    def run(name: str, last: int, level: float) -> RunCurves:
+        evals = tuple(
+            {"kind": "eval", "iteration": i, "steps": i, "eval/accuracy": level}
+            for i in range(0, last + 1, 5)
+        )
+        return RunCurves(Path(tmp_path) / name, evals, ())
+
+    drawn: dict[str, np.ndarray] = {}
+
+    class Axes:
+        def plot(self, x, y, **_):  # type: ignore[no-untyped-def]
+            drawn["x"], drawn["y"] = np.asarray(x), np.asarray(y)
+
+            class Line:
+                def get_color(self) -> str:
+                    return "k"
+
+            return (Line(),)
+
+        def fill_between(self, x, low, high, **_):  # type: ignore[no-untyped-def]
+            drawn["high"] = np.asarray(high)
+
+        def grid(self, **_):  # type: ignore[no-untyped-def]
+            pass
+
+    runs = {"m": [run("a", 20, 0.2), run("b", 20, 0.2), run("c", 29, 0.9)]}
+    _band(Axes(), runs, "accuracy", "steps")
+    x, y = drawn["x"], drawn["y"]
+    assert np.all(np.isfinite(y[x <= 20])) and np.all(np.isnan(y[x > 20]))
+    assert np.all(np.isnan(drawn["high"][x > 20])) and np.nanmax(drawn["high"]) > 0.2

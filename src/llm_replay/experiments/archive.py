@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from llm_replay.runtime.layout import METRICS_FILE, SUMMARY_FILE
 
 ARCHIVED_METRICS = "metrics.jsonl.gz"
 PROTOCOL_FILE = "protocol.json"
+Fingerprint = Callable[[], dict[str, str]]
+"""Content hashes of what a run trains on (`experiments/fingerprint.py`), asked for lazily."""
 TRAIN_KEYS = (
     "kind",
     "iteration",
@@ -140,9 +143,16 @@ def protocol_differences(archived: dict[str, Any], current: dict[str, Any]) -> l
 
 
 def archive_run(
-    run_dir: Path, archive: Path, method: str, seed: int, protocol: dict[str, Any] | None = None
+    run_dir: Path,
+    archive: Path,
+    method: str,
+    seed: int,
+    protocol: dict[str, Any] | None = None,
+    fingerprint: Fingerprint | None = None,
 ) -> Path | None:
     """Copy a finished run (its summary exists) into the archive; None if nothing was written.
+    A newly archived run's protocol gains `fingerprint()` under `fingerprint` (computed only
+    then: it may build the task).
 
     A run archived already is rewritten only to add keys: when its summary is the local one's and
     the local log, compacted, holds every archived record with more keys (`TRAIN_KEYS` has grown
@@ -166,6 +176,8 @@ def archive_run(
     target.mkdir(parents=True, exist_ok=True)
     _atomic_write(target / ARCHIVED_METRICS, metrics)
     if protocol is not None:
+        if fingerprint is not None:
+            protocol = {**protocol, "fingerprint": fingerprint()}
         text = json.dumps(protocol, sort_keys=True, indent=1) + "\n"
         _atomic_write(target / PROTOCOL_FILE, text.encode())
     _atomic_write(target / SUMMARY_FILE, summary)
@@ -191,18 +203,26 @@ def _dump(record: dict[str, Any]) -> str:
 
 
 def restore_run(
-    archive: Path, run_dir: Path, method: str, seed: int, protocol: dict[str, Any] | None = None
+    archive: Path,
+    run_dir: Path,
+    method: str,
+    seed: int,
+    protocol: dict[str, Any] | None = None,
+    fingerprint: Fingerprint | None = None,
 ) -> bool:
     """Write an archived run back into `run_dir` if it is not finished there; True if restored.
-    Raises `ArchiveMismatch` if the archived run's protocol differs from `protocol`."""
+    Raises `ArchiveMismatch` if the archived run's protocol differs from `protocol`, with
+    `fingerprint()` as its `fingerprint` when the archived protocol has one (computed only then,
+    for a run about to be restored)."""
     source = archived_dir(archive, method, seed)
     run_dir = Path(run_dir)
     if (run_dir / SUMMARY_FILE).is_file() or not (source / SUMMARY_FILE).is_file():
         return False
     if protocol is not None and (source / PROTOCOL_FILE).is_file():
-        differences = protocol_differences(
-            json.loads((source / PROTOCOL_FILE).read_text()), protocol
-        )
+        archived = json.loads((source / PROTOCOL_FILE).read_text())
+        if fingerprint is not None and "fingerprint" in archived:
+            protocol = {**protocol, "fingerprint": fingerprint()}
+        differences = protocol_differences(archived, protocol)
         if differences:
             shown = "; ".join(differences[:5]) + ("; ..." if len(differences) > 5 else "")
             raise ArchiveMismatch(

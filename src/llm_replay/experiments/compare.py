@@ -32,6 +32,7 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.archive import (
     ArchiveMismatch,
+    Fingerprint,
     archive_run,
     archived_dir,
     restore_run,
@@ -135,14 +136,26 @@ def run_experiment(
             log.info("%s seed %d: done before, skipped", method.name, seed)
             if experiment.archive is not None:
                 archive_run(
-                    config.run_dir, experiment.archive, method.name, seed, protocol_of(config)
+                    config.run_dir,
+                    experiment.archive,
+                    method.name,
+                    seed,
+                    protocol_of(config),
+                    fingerprint_of(config),
                 )
             continue
         share = f" (part {i}/{n} of {len(planned)})" if n > 1 else ""
         console.rule(f"[bold]{index}/{len(configs)}[/]{share} {method.name} · seed {seed}")
         _run(experiment, method, seed, config, progress)
         if experiment.archive is not None:
-            archive_run(config.run_dir, experiment.archive, method.name, seed, protocol_of(config))
+            archive_run(
+                config.run_dir,
+                experiment.archive,
+                method.name,
+                seed,
+                protocol_of(config),
+                fingerprint_of(config),
+            )
     if runs is not None:  # a suite's share: the suite reads its tasks together
         return None
     baseline_done = any(
@@ -213,18 +226,32 @@ def _archived(experiment: Experiment, method: str, seed: int) -> bool:
 
 def protocol_of(config: Any) -> dict[str, Any]:
     """What makes two runs comparable: the resolved config, less where it logs and the device
-    (a run may be resumed on another machine), in its JSON form, with the content fingerprints
-    of its model and task (`experiments/fingerprint.py`: a setting can keep its name while
-    what it names changes)."""
+    (a run may be resumed on another machine), in its JSON form. The archive adds the content
+    fingerprints of its model and task (`fingerprint_of`) where it writes or checks one."""
     tree = {k: v for k, v in config.to_dict().items() if k != "log"}
     tree["model"] = {k: v for k, v in tree.get("model", {}).items() if k != "device"}
-    tree["fingerprint"] = fingerprints(config)
     return dict(json.loads(json.dumps(tree, default=str)))
+
+
+def fingerprint_of(config: Any) -> Fingerprint:
+    """The archive's lazy content check for `config` (`experiments/fingerprint.py`: a setting
+    can keep its name while what it names changes). Where the model or task cannot be read on
+    this machine, the check is skipped with a warning: the run restores as it did before
+    fingerprints, and is not refused for what cannot be compared."""
+
+    def compute() -> dict[str, str]:
+        try:
+            return fingerprints(config)
+        except (OSError, ValueError) as error:  # ModelLoadError and TaskError included
+            log.warning("%s: content not checked against the archive (%s)", config.name, error)
+            return {}
+
+    return compute
 
 
 def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) -> None:
     try:
-        restore_run(archive, run_dir, method, seed, protocol_of(config))
+        restore_run(archive, run_dir, method, seed, protocol_of(config), fingerprint_of(config))
     except ArchiveMismatch as error:
         raise ConfigError(f"archive: {error}") from None
 

@@ -2,14 +2,19 @@
 
 A run's resolved config names its model and task by setting (`builtin:tiny-chain-sum`,
 `chain_sum` with its parameters), and the same name has meant different content: the built-in
-chain_sum model was rebuilt on a new train/eval split on 2026-11-22, and runs archived before
-then would have restored as finished runs of today's protocol. So the protocol also carries a
-SHA-256 of the model's files (weights, config, tokenizer) and of the task's problems (every train
-and eval prompt with its answer), and a restore refuses an archive whose fingerprint differs.
+chain_sum model was rebuilt on a new train/eval split on 2026-11-22. So an archived run now
+carries in its protocol a SHA-256 of the model's files (weights, config, tokenizer), of the
+task's problems (every train and eval prompt with its answer) and of any reward model, and a
+restore refuses an archive whose fingerprint differs. Archives written before carry none and are
+not checked on this point.
 
-Both are computed once per process for a given content (the model's files by name, size and
-modification time; the task by its settings): a report over a suite of runs builds each task
-once, and hashes a model of several GB in seconds.
+Not covered: problem metadata (reasoning-gym's may hold reprs that differ between processes),
+a preference file, `reward_model.refresh_from` and `replay.init_from` tables.
+
+Each is computed at most once per process for a given content (the model's files by name, size
+and modification time; the task by its settings), and only where an archive writes or checks a
+fingerprint: a report over a suite builds each task once, and a model of tens of GB takes a
+while to hash (SHA-256 reads a few hundred MB a second per core).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,10 +31,20 @@ MODEL_FILES = (
     "*.safetensors",
     "pytorch_model*.bin",
     "config.json",
+    "generation_config.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
 )
-"""The files of a saved model whose content decides what training starts from."""
+"""The files of a saved model whose content decides what training starts from: weights, config,
+generation defaults, tokenizer and chat template."""
 
 
 def fingerprints(config: Any) -> dict[str, str]:
@@ -68,7 +84,9 @@ def _hash_files(directory: Path, stats: tuple[tuple[str, int, int], ...]) -> str
 def task_fingerprint(config: Any) -> str:
     """`sha256:HEX` over the configured task's train and eval problems (prompt and answer, in
     order). Building the task is what it costs (seconds for reasoning-gym's 20,000 problems)."""
-    settings = json.dumps(dataclasses.asdict(config.task), sort_keys=True, default=str)
+    settings = json.dumps(  # the directory too: a dataset's path may be relative
+        [os.getcwd(), dataclasses.asdict(config.task)], sort_keys=True, default=str
+    )
     if settings not in _TASK_HASHES:
         from llm_replay.tasks.builder import build_task
 

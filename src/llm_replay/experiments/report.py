@@ -138,7 +138,9 @@ def _band(
     scale: float = 1.0,
     styles: dict[str, dict[str, Any]] | None = None,
 ) -> None:
-    """Median over seeds with a min–max band, one line per method."""
+    """Median over seeds with a min–max band, one line per method, drawn only where more than
+    half its seeds have reached (runs end at slightly different compute, and a median of the
+    one or two longest runs would read as the method's curve)."""
     end = max(
         float((r.steps if basis == "steps" else r.compute(basis))[-1])
         for c in runs.values()
@@ -151,6 +153,8 @@ def _band(
             warnings.simplefilter("ignore", RuntimeWarning)
             median = np.nanmedian(values, axis=0)
             low, high = np.nanmin(values, axis=0), np.nanmax(values, axis=0)
+        few = 2 * np.sum(~np.isnan(values), axis=0) <= len(curves)
+        median[few], low[few], high[few] = np.nan, np.nan, np.nan
         style = (styles or {}).get(name, {"linewidth": 1.6})
         (line,) = ax.plot(grid, median, label=name, **style)
         if len(curves) > 1:
