@@ -182,6 +182,46 @@ def test_head_rows_is_the_oldest_items_rows_whatever_its_size(rng: np.random.Gen
         ReplayTable.uniform(8).head_rows(4)
 
 
+def test_an_intake_queue_bounded_in_items_holds_no_more_whatever_their_size(
+    rng: np.random.Generator,
+) -> None:
+    """Rows alone (64) would admit four items of 8 rows; a bound of 2 items (blocks of 4 group
+    ids) admits two until the learner takes the head item whole, then one more."""
+    items = [make_batch(rng, 8, first_group=4 * i, group_size=2) for i in range(4)]
+    by_rows = ReplayTable.queue(64, max_insert_batch=32, max_sample_batch=32)
+    for batch in items:
+        assert by_rows.wait_for_insert(len(batch), timeout=0)
+        by_rows.insert(batch)
+    table = ReplayTable.queue(
+        64, max_insert_batch=32, max_sample_batch=32, max_items=2, groups_per_item=4
+    )
+    table.insert(items[0])
+    table.insert(items[1])
+    assert not table.wait_for_insert(8, timeout=0)
+    with pytest.raises(Exception, match="timed out"):
+        table.insert(items[2], timeout=0.01)
+    assert table.size == 16  # the refused insert changed nothing
+    drawn = table.sample_batch(table.head_rows(4))
+    assert set((drawn.group_ids // 4).tolist()) == {0}
+    assert table.wait_for_insert(8, timeout=0)
+    table.insert(items[2])
+    assert table.size == 16 and not table.wait_for_insert(8, timeout=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_items": 2}, "give both or neither"),
+        ({"groups_per_item": 4}, "give both or neither"),
+        ({"max_items": 0, "groups_per_item": 4}, "max_items = 0: must be >= 1"),
+        ({"max_items": 2, "groups_per_item": True}, "groups_per_item = True: expected an int"),
+    ],
+)
+def test_an_item_bound_names_its_bad_setting(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=message):
+        ReplayTable.queue(64, **kwargs)  # type: ignore[arg-type]
+
+
 def test_positive_biased_keeps_the_delta_split() -> None:
     n, delta = 200, 0.5
     table = ReplayTable.positive_biased(n, delta=delta, seed=3)

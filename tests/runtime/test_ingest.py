@@ -145,6 +145,18 @@ def test_async_table_band_admits_every_declared_batch() -> None:
     assert on_policy.sampler.name == "fifo" and on_policy.eviction.max_times_sampled == 1
 
 
+def test_the_intake_queue_is_bounded_in_items_under_adaptive_rollouts() -> None:
+    """An adaptive item holds fewer rows than a round: the queue admits as many items as it
+    would full rounds (`max(2, workers.count)`), not as many as fit in its rows."""
+    adaptive = build_async_table(load_config("auto", ["runtime=threaded", "workers.count=3"]))
+    assert adaptive.name == "intake" and adaptive.max_items == 3
+    assert adaptive.groups_per_item == 32 and adaptive.storage.capacity == 3 * 256
+    fixed = build_async_table(
+        load_config("auto", ["runtime=threaded", "generation.adaptive.enabled=false"])
+    )
+    assert fixed.name == "intake" and fixed.max_items is None
+
+
 def test_a_band_too_narrow_to_be_deadlock_free_is_refused_at_load_time() -> None:
     with pytest.raises(ConfigError, match=r"workers\.error_buffer = 10.*deadlock"):
         load_config("uniform", ["runtime=threaded", "workers.error_buffer=10"])

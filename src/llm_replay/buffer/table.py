@@ -80,9 +80,16 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
         name: str = "replay",
         arena_dir: str | Path | None = None,
         resident_budget: int = 64 << 20,
+        max_items: int | None = None,
+        groups_per_item: int | None = None,
     ) -> None:
         """`arena_dir`: keep the token arena in memory-mapped files there, so the table can hold
-        more than RAM; about `resident_budget` bytes of it stay resident (`buffer.arena`)."""
+        more than RAM; about `resident_budget` bytes of it stay resident (`buffer.arena`).
+
+        `max_items` with `groups_per_item`: an insert also waits while the table holds rows of
+        `max_items` work items, an item being a block of `groups_per_item` consecutive group ids
+        inserted whole (a run's intake queue under adaptive rollouts, whose items vary in rows:
+        a bound in rows alone would let the workers run further ahead the smaller the items)."""
         self.eviction = EvictionPolicy(
             max_rollouts, max_tokens, max_age, max_times_sampled, max_bytes
         )
@@ -112,6 +119,17 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
             )
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
+        if (max_items is None) != (groups_per_item is None):
+            raise ValueError(
+                f"max_items = {max_items!r}, groups_per_item = {groups_per_item!r}: give both or "
+                "neither"
+            )
+        for field, value in (("max_items", max_items), ("groups_per_item", groups_per_item)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError(f"{field} = {value!r}: expected an int")
+            if value is not None and value < 1:
+                raise ValueError(f"{field} = {value}: must be >= 1")
+        self.max_items, self.groups_per_item = max_items, groups_per_item
         self.name = str(name)
         self.seed = int(seed)
         apply_thread_environment()  # a bad LLM_REPLAY_GATHER_THREADS fails here, not mid-sample
@@ -304,7 +322,15 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
 
     def _can_insert(self, n: int) -> bool:
         c = self.counters
+        if self.max_items is not None and self._items_held() >= self.max_items:
+            return False  # the head item is whole, so the sample side is served without this one
         return self._starved() or self.rate_limiter.can_insert(n, self.size, c.inserts, c.samples)
+
+    def _items_held(self) -> int:
+        """How many blocks of `groups_per_item` consecutive group ids the rows belong to."""
+        assert self.groups_per_item is not None
+        slots = self.storage.oldest(self.storage.size)
+        return len(np.unique(self.storage.group_id[slots] // self.groups_per_item))
 
     def _can_sample(self, n: int) -> bool:
         if self.size == 0:

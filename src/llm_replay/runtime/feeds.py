@@ -10,7 +10,8 @@ string in every place it mattered; each mode is now a `Feed` that owns those pla
   and the signals record the step (the method's state lives with the table, so its metrics are
   its signals' and a checkpoint saves nothing beside the table).
 - `RoundsFeed` ("rounds"): the workers deliver rounds to an intake queue, at most
-  `max(2, workers.count)` rounds ahead; a logged iteration is one round (`rollouts_per_step`
+  `max(2, workers.count)` rounds ahead (in items as well as rows under adaptive rollouts, whose
+  items are smaller than a round); a logged iteration is one round (`rollouts_per_step`
   rows, or under adaptive rollouts one work item's rows, whole groups), composed into batches
   by the method and its options exactly as in the sync loop, through the method's `ReplayHost`;
   after each step the host records it and moves its version; the metrics are the host's, and a
@@ -179,13 +180,16 @@ class RoundsFeed(Feed):
 
     @classmethod
     def build_table(cls, config: Config) -> ReplayTable:
-        fresh = config.generation.rollouts_per_step
+        fresh, ahead = config.generation.rollouts_per_step, max(2, config.workers.count)
+        g = config.generation  # adaptive items vary in rows: the bound is in items too
         return ReplayTable.queue(
-            fresh * max(2, config.workers.count),
+            fresh * ahead,
             max_insert_batch=fresh,
             max_sample_batch=fresh,
             seed=config.train.seed,
             name="intake",
+            max_items=ahead if g.adaptive.enabled else None,
+            groups_per_item=g.prompts_per_step if g.adaptive.enabled else None,
         )
 
     def draws(
