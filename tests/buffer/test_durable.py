@@ -143,6 +143,8 @@ def test_reopening_with_other_settings_is_refused(tmp_path: Path) -> None:
         ReplayTable.open(tmp_path / "t", max_rollouts=20)
     with pytest.raises(ValueError, match="sampler"):
         ReplayTable.open(tmp_path / "t", max_rollouts=10, sampler=Prioritized())
+    with pytest.raises(ValueError, match=r"max_items = 2: .* holds a table with max_items = None"):
+        ReplayTable.open(tmp_path / "t", max_rollouts=10, max_items=2, groups_per_item=4)
     with pytest.raises(ValueError, match=r"fsync = .sometimes."):
         ReplayTable.open(tmp_path / "u", max_rollouts=10, fsync="sometimes")
     with pytest.raises(ValueError, match="not a durable table"):

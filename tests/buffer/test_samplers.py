@@ -206,6 +206,13 @@ def test_an_intake_queue_bounded_in_items_holds_no_more_whatever_their_size(
     assert table.wait_for_insert(8, timeout=0)
     table.insert(items[2])
     assert table.size == 16 and not table.wait_for_insert(8, timeout=0)
+    state = table.state()
+    again = ReplayTable.from_state(*state)  # a resumed run keeps the bound
+    assert (again.max_items, again.groups_per_item) == (2, 4)
+    assert not again.wait_for_insert(8, timeout=0)
+    meta, arrays = state
+    old = {k: v for k, v in meta.items() if k not in ("max_items", "groups_per_item")}
+    assert ReplayTable.from_state(old, arrays).max_items is None  # saved before the bound
 
 
 @pytest.mark.parametrize(

@@ -338,7 +338,15 @@ def _check_same_config(saved: dict[str, Any], fresh: Table, root: Path) -> None:
 
     meta, _ = fresh.state_unlocked()
     wanted = table_arguments(meta)
-    for key in ("max_rollouts", "max_tokens", "max_age", "max_times_sampled", "max_bytes"):
+    for key in (
+        "max_rollouts",
+        "max_tokens",
+        "max_age",
+        "max_times_sampled",
+        "max_bytes",
+        "max_items",
+        "groups_per_item",
+    ):
         if saved[key] != wanted[key]:
             raise ValueError(
                 f"{key} = {wanted[key]!r}: {root} holds a table with {key} = {saved[key]!r}"

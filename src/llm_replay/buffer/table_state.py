@@ -28,6 +28,8 @@ class TableParts(Protocol):
     sampler: Sampler
     remover: Remover | None
     rate_limiter: RateLimiter
+    max_items: int | None
+    groups_per_item: int | None
     storage: RolloutStorage
     counters: TableCounters
     _rng: np.random.Generator
@@ -49,6 +51,8 @@ def table_state(table: TableParts) -> tuple[dict[str, Any], dict[str, np.ndarray
         if table.remover is None
         else {"name": table.remover.name, "config": table.remover.config()},
         "rate_limiter": table.rate_limiter.config(),
+        "max_items": table.max_items,
+        "groups_per_item": table.groups_per_item,
         "rng": table._rng.bit_generator.state,
         "counters": {"version": table._version, **asdict(table.counters)},
         "evictions": dict(table._evictions),
@@ -77,6 +81,8 @@ def table_arguments(meta: dict[str, Any]) -> dict[str, Any]:
         "rate_limiter": RateLimiter.from_config(meta["rate_limiter"]),
         "seed": meta["seed"],
         "name": meta["name"],
+        "max_items": meta.get("max_items"),  # absent from tables saved before the item bound
+        "groups_per_item": meta.get("groups_per_item"),
     }
 
 
