@@ -49,3 +49,20 @@ def token_arg(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
         raise ValueError(f"token = {value!r}: must be None or a non-negative integer")
     return int(value)
+
+
+def item_bound_args(
+    max_items: int | None, groups_per_item: int | None
+) -> tuple[int | None, int | None]:
+    """A table's bound in work items: both or neither, each an int >= 1."""
+    if (max_items is None) != (groups_per_item is None):
+        raise ValueError(
+            f"max_items = {max_items!r}, groups_per_item = {groups_per_item!r}: give both or "
+            "neither"
+        )
+    for field, value in (("max_items", max_items), ("groups_per_item", groups_per_item)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"{field} = {value!r}: expected an int")
+        if value is not None and value < 1:
+            raise ValueError(f"{field} = {value}: must be >= 1")
+    return max_items, groups_per_item

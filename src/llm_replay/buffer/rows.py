@@ -36,6 +36,7 @@ class TableRows:
     sampler: Sampler
     _cond: threading.Condition
     _prompt_index: PromptIndex | None
+    groups_per_item: int | None
 
     def _journal(self, op: str, **fields: Any) -> None:
         raise NotImplementedError
@@ -114,12 +115,22 @@ class TableRows:
         if self.sampler.name != "fifo":
             raise ValueError(f"head_rows: the {self.sampler.name!r} sampler has no fixed head")
         with self._cond:
-            slots = self.storage.oldest(self.storage.size)
-            if len(slots) == 0:
+            blocks = self._blocks(groups_per_block)
+            if len(blocks) == 0:
                 return 0
-            blocks = self.storage.group_id[slots] // groups_per_block
             later = np.flatnonzero(blocks != blocks[0])
-            return int(later[0]) if len(later) else len(slots)
+            return int(later[0]) if len(later) else len(blocks)
+
+    def _items_held(self) -> int:
+        """How many work items (blocks of `groups_per_item` consecutive group ids) the rows
+        belong to; the caller holds the lock."""
+        assert self.groups_per_item is not None
+        return len(np.unique(self._blocks(self.groups_per_item)))
+
+    def _blocks(self, groups_per_block: int) -> I64:
+        """Each stored row's block of `groups_per_block` group ids, oldest row first."""
+        slots = self.storage.oldest(self.storage.size)
+        return self.storage.group_id[slots] // groups_per_block
 
     # ----------------------------------------------------------------- by prompt
     def keys_for_prompt(self, prompt: bytes | npt.ArrayLike) -> I64:

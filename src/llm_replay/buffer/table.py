@@ -33,6 +33,7 @@ import numpy.typing as npt
 from llm_replay.buffer.arena import DiskArena, batch_nbytes
 from llm_replay.buffer.arguments import (
     batch_size_arg,
+    item_bound_args,
     pad_id_arg,
     timeout_arg,
     token_arg,
@@ -119,17 +120,7 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
             )
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
             raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
-        if (max_items is None) != (groups_per_item is None):
-            raise ValueError(
-                f"max_items = {max_items!r}, groups_per_item = {groups_per_item!r}: give both or "
-                "neither"
-            )
-        for field, value in (("max_items", max_items), ("groups_per_item", groups_per_item)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError(f"{field} = {value!r}: expected an int")
-            if value is not None and value < 1:
-                raise ValueError(f"{field} = {value}: must be >= 1")
-        self.max_items, self.groups_per_item = max_items, groups_per_item
+        self.max_items, self.groups_per_item = item_bound_args(max_items, groups_per_item)
         self.name = str(name)
         self.seed = int(seed)
         apply_thread_environment()  # a bad LLM_REPLAY_GATHER_THREADS fails here, not mid-sample
@@ -325,12 +316,6 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
         if self.max_items is not None and self._items_held() >= self.max_items:
             return False  # the head item is whole, so the sample side is served without this one
         return self._starved() or self.rate_limiter.can_insert(n, self.size, c.inserts, c.samples)
-
-    def _items_held(self) -> int:
-        """How many blocks of `groups_per_item` consecutive group ids the rows belong to."""
-        assert self.groups_per_item is not None
-        slots = self.storage.oldest(self.storage.size)
-        return len(np.unique(self.storage.group_id[slots] // self.groups_per_item))
 
     def _can_sample(self, n: int) -> bool:
         if self.size == 0:

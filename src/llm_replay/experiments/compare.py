@@ -135,27 +135,13 @@ def run_experiment(
         if (config.run_dir / SUMMARY_FILE).is_file():
             log.info("%s seed %d: done before, skipped", method.name, seed)
             if experiment.archive is not None:
-                archive_run(
-                    config.run_dir,
-                    experiment.archive,
-                    method.name,
-                    seed,
-                    protocol_of(config),
-                    fingerprint_of(config),
-                )
+                _archive(experiment.archive, method.name, seed, config)
             continue
         share = f" (part {i}/{n} of {len(planned)})" if n > 1 else ""
         console.rule(f"[bold]{index}/{len(configs)}[/]{share} {method.name} · seed {seed}")
         _run(experiment, method, seed, config, progress)
         if experiment.archive is not None:
-            archive_run(
-                config.run_dir,
-                experiment.archive,
-                method.name,
-                seed,
-                protocol_of(config),
-                fingerprint_of(config),
-            )
+            _archive(experiment.archive, method.name, seed, config)
     if runs is not None:  # a suite's share: the suite reads its tasks together
         return None
     baseline_done = any(
@@ -247,6 +233,10 @@ def fingerprint_of(config: Any) -> Fingerprint:
             return {}
 
     return compute
+
+
+def _archive(archive: Path, method: str, seed: int, config: Any) -> None:
+    archive_run(config.run_dir, archive, method, seed, protocol_of(config), fingerprint_of(config))
 
 
 def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) -> None:

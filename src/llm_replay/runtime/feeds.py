@@ -175,21 +175,20 @@ class RoundsFeed(Feed):
     def __init__(self, config: Config, host: ReplayHost) -> None:
         super().__init__(config, host)
         self.round_size = config.generation.rollouts_per_step
-        g = config.generation  # adaptive items vary in size: a round is one item, whole
-        self.groups_per_item = g.prompts_per_step if g.adaptive.enabled else None
+        self.groups_per_item = groups_per_item(config)
 
     @classmethod
     def build_table(cls, config: Config) -> ReplayTable:
         fresh, ahead = config.generation.rollouts_per_step, max(2, config.workers.count)
-        g = config.generation  # adaptive items vary in rows: the bound is in items too
+        per_item = groups_per_item(config)  # adaptive items vary in rows: bounded in items too
         return ReplayTable.queue(
             fresh * ahead,
             max_insert_batch=fresh,
             max_sample_batch=fresh,
             seed=config.train.seed,
             name="intake",
-            max_items=ahead if g.adaptive.enabled else None,
-            groups_per_item=g.prompts_per_step if g.adaptive.enabled else None,
+            max_items=None if per_item is None else ahead,
+            groups_per_item=per_item,
         )
 
     def draws(
@@ -220,6 +219,13 @@ class RoundsFeed(Feed):
 
     def load_method(self, directory: Path) -> None:
         self.host.load_state(directory)
+
+
+def groups_per_item(config: Config) -> int | None:
+    """Under adaptive rollouts a work item's groups (`prompts_per_step`), taken and bounded as a
+    whole since its rows vary; None when a round has a fixed number of rows."""
+    g = config.generation
+    return g.prompts_per_step if g.adaptive.enabled else None
 
 
 FEEDS: dict[str, type[Feed]] = {"table": TableFeed, "rounds": RoundsFeed}
