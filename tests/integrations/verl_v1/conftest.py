@@ -18,7 +18,7 @@ def transfer_queue() -> Iterator[None]:
     import transfer_queue as tq
     from omegaconf import OmegaConf
 
-    temp = ROOT / "tmp" / "ray-verl"
+    temp = ROOT / "tmp" / f"ray-verl-{os.getpid()}"  # two suites at once must not share a session
     temp.mkdir(parents=True, exist_ok=True)
     ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(temp), log_to_driver=False)
     try:
