@@ -84,19 +84,27 @@ def trained(trainer: Any) -> tuple[list[float], dict[str, torch.Tensor]]:
 )
 def test_on_policy_reproduces_grpo_trainer(tmp_path: Path, loss_type: str, accumulation: int):
     """Same seed and config: the same losses and the same weights after 3 steps (CPU, fp32).
-    Tolerance 1e-6 absolute on weights and 1e-6 relative on losses; observed difference 0."""
+
+    One micro-step a generation: both sides train on the same tensors, so the tolerance is tight
+    (observed difference 0). Two micro-steps: TRL pads each micro-batch to its generation batch's
+    longest completion and ours to the micro-batch's own, so the sums run over other shapes and
+    differ in their last bits, by an amount that depends on the machine's kernels, and Adam
+    scales such noise up on near-zero gradients (observed: losses 7e-9, weights 4.6e-7). There
+    the tolerance is 1e-6 on losses of ~0.05 and 1e-5 on weights, a tenth of one step at lr 1e-4."""
     extra = {"loss_type": loss_type, "gradient_accumulation_steps": accumulation}
+    loss_rtol, loss_atol, weight_atol = 1e-6, 1e-9, 1e-6
     if accumulation > 1:
         extra["per_device_train_batch_size"] = 8
+        loss_rtol, loss_atol, weight_atol = 1e-5, 1e-6, 1e-5
     plain_losses, plain_weights = trained(
         build(GRPOConfig(**settings(tmp_path, **extra)), GRPOTrainer)
     )
     ours = build(ReplayGRPOConfig(**settings(tmp_path, **extra)))
     our_losses, our_weights = trained(ours)
     assert len(our_losses) == len(plain_losses) == 3
-    np.testing.assert_allclose(our_losses, plain_losses, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(our_losses, plain_losses, rtol=loss_rtol, atol=loss_atol)
     for name, value in plain_weights.items():
-        torch.testing.assert_close(our_weights[name], value, rtol=0, atol=1e-6)
+        torch.testing.assert_close(our_weights[name], value, rtol=0, atol=weight_atol)
     assert ours.meter.counts["rollouts_trained"] == ours.meter.counts["rollouts_generated"]
     moved = max((plain_weights[k] - build_weights()[k]).abs().max().item() for k in plain_weights)
     assert moved > 1e-5  # the comparison is not between two untrained models
