@@ -56,10 +56,18 @@ MODE_SETTINGS = {
 
 
 def build(
-    tmp_path: Path, mode: str, method: str, *extra: str, steps: int = 4, sync_steps: int = 1
+    tmp_path: Path,
+    mode: str,
+    method: str,
+    *extra: str,
+    steps: int = 4,
+    sync_steps: int = 1,
+    fail_every: int = 0,
 ) -> tuple[Any, Any, Any]:
     """verl's trainer for `mode`; in separate_async, `sync_steps` updates a step (verl requires
-    train_batch_size = parameter_sync_step × ppo_mini_batch_size there)."""
+    train_batch_size = parameter_sync_step × ppo_mini_batch_size there); in sync mode
+    `sync_steps` > 1 is `trainer.v1.sync.parameter_sync_step`. `fail_every`: every this many
+    prompts, a session fails (verl's `failure` status with the sessions that finished)."""
     separate = mode == "separate_async"
     config = verl_config(
         f"trainer.v1.trainer_mode={mode}",
@@ -67,6 +75,7 @@ def build(
         f"data.train_batch_size={PROMPTS}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS // sync_steps if separate else 2}",
         *([f"trainer.v1.separate_async.parameter_sync_step={sync_steps}"] if separate else []),
+        *([f"+trainer.v1.sync.parameter_sync_step={sync_steps}"] if mode == "sync" else []),
         f"trainer.total_training_steps={steps}",
         f"trainer.default_local_dir={tmp_path / 'checkpoints'}",
         "trainer.logger=[]",
@@ -80,7 +89,7 @@ def build(
         *extra,
     )
     trainer = TRAINERS[mode](config)  # builds our sampler through verl's _build_replay_buffer
-    loop, workers = wire(trainer, dp=3, lag=mode != "sync")
+    loop, workers = wire(trainer, dp=3, lag=mode != "sync", fail_every=fail_every)
     return trainer, loop, workers
 
 
@@ -154,8 +163,9 @@ def test_fit_trains_with_replay_in_every_mode_and_pads(tmp_path: Path, mode: str
     assert all("training/off_policy/trajectory_staleness/mean" in m for m in logged)
     host = sampler.host
     assert host is not None and host.signals.steps > 0  # verl's actor statistics reached it
-    assert host.signals.mean("clip_fraction") == pytest.approx(0.125)
-    assert host.signals.mean("kl_behaviour") == pytest.approx(0.01)  # bypass: behaviour's
+    assert host.signals.mean("clip_fraction") is None  # tis truncates: no clip, as in our loop
+    assert host.signals.mean("kl_behaviour") > 0  # bypass: against the behaviour policy
+    assert host.signals.mean("entropy") is None  # bypass, calculate_entropy off: none computed
     if mode == "sync":
         assert logged[-1]["llm_replay/mu"] > 0  # measured: the step waits for its rollouts
         assert max(ages(workers, per_step)) >= 1  # replayed rows are older
@@ -203,7 +213,9 @@ def test_async_staleness_verls_threshold_bounds_fresh_groups_the_methods_max_age
         "colocate_async",
         "uniform",
         "trainer.v1.sampler.max_off_policy_threshold=1",
-        "+trainer.v1.sampler.sampler_kwargs.max_age=2",
+        # in optimizer steps (clock.py): 32 rows a step in mini-batches of 8, four a step, so
+        # two verl steps
+        "+trainer.v1.sampler.sampler_kwargs.max_age=8",
         "+trainer.v1.sampler.sampler_kwargs.replay_ratio=2",
         steps=6,
     )

@@ -61,6 +61,7 @@ def run_steps(trainer: Any, steps: int) -> list[dict[str, Any]]:
     for _ in range(steps):
         metrics: dict[str, Any] = {}
         batch = trainer.step(metrics, {})
+        trainer.on_step_end()  # as fit does: publishes the step's weights, waking the replicas
         out.append(metrics)
         tq.kv_clear(keys=batch.keys, partition_id=batch.partition_id)  # as fit does
         trainer.global_steps += 1

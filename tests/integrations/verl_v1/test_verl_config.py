@@ -31,10 +31,25 @@ def overrides(path: Path = OVERRIDES, **fill: str) -> list[str]:
     return out
 
 
-def verl_config(*extra: str) -> Any:
+# What a verl run here needs besides the diff, as any machine without flash_attn and with a
+# one-GPU rollout pool would (the start-up checks refuse verl's defaults there; the example run
+# carries the same lines): PyTorch's attention, and one GPU a rollout replica.
+MACHINE = (
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "actor_rollout_ref.model.use_remove_padding=false",
+)
+
+
+def compose_verl(*lines: str) -> Any:
+    """verl's `ppo_trainer.yaml` with exactly these overrides, as `main_ppo` composes it."""
     config_dir = Path(verl.__file__).parent / "trainer" / "config"
     with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-        return compose(config_name="ppo_trainer", overrides=[*overrides(), *extra])
+        return compose(config_name="ppo_trainer", overrides=list(lines))
+
+
+def verl_config(*extra: str) -> Any:
+    return compose_verl(*overrides(), *MACHINE, *extra)
 
 
 def build_as_verl_does(config: Any) -> Any:
@@ -82,7 +97,7 @@ def test_the_example_runs_settings_are_all_verl_settings(tmp_path: Path) -> None
     """examples/verl/run_replay.sh's whole command line (not run here: it needs a GPU and vLLM)
     composes against verl's config, and our sampler builds from it."""
     run = overrides(EXAMPLE / "tiny_run_overrides.txt", OUT=str(tmp_path), STEPS="4")
-    config = verl_config(*run)
+    config = compose_verl(*run, *overrides())  # run_replay.sh's order
     assert config.trainer.total_training_steps == 4
     assert config.reward.custom_reward_function.path == "examples/verl/reward.py"
     sampler = build_as_verl_does(config)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 import transfer_queue as tq
+from tests.integrations.verl_v1.actor_metrics import FIELDS, actor_config, train_metrics
 from tests.integrations.verl_v1.sim import token_fields
 from verl.trainer.ppo.v1.trainer_separate_async import HybridEngineMode
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
@@ -91,10 +92,12 @@ class Weights:
     def update_weights(self, step: int) -> dict[str, float]:
         self.calls.append(f"update_weights({step})")
         self.loop.version = int(step)
+        self.loop.asleep = False  # verl wakes the replicas to load the weights
         return {}
 
     def sleep_replicas(self) -> None:
         self.calls.append("sleep")
+        self.loop.asleep = True
 
     def abort_replicas(self, reject_request: bool = False) -> None:
         self.calls.append("abort")
@@ -106,18 +109,27 @@ class Weights:
 class AgentLoop:
     """verl's agent-loop manager, as TransferQueue sees it (module docstring)."""
 
-    def __init__(self, trainer: Any, *, lag: bool, version: int = 0) -> None:
+    def __init__(self, trainer: Any, *, lag: bool, version: int = 0, fail_every: int = 0) -> None:
         self.trainer = trainer
         self.lag = lag
         self.version = version
+        self.fail_every = fail_every  # every this many prompts, a session fails (0: none)
+        self.asleep = False
         self.running: list[tuple[str, int, int, int]] = []  # uid, index, started at, step
         self.submitted: list[int] = []
+        self.submitted_at: list[int] = []  # the trainer's step at each submission
 
     def generate_sequences(self, batch: Any) -> None:
         uids = [str(u) for u in batch["uid"]]
         indices = [int(i) for i in batch["index"]]
+        if self.asleep and not self.lag:
+            # verl's sync trainer puts the replicas to sleep after each update's sampling
+            # (`on_sample_end`) and wakes them only with the next step's weights: a prompt
+            # submitted in between is never generated, and the sampler would wait forever
+            raise RuntimeError("prompts submitted to sleeping replicas: they would never finish")
         self.submitted.append(len(uids))
         step = int(self.trainer.global_steps)
+        self.submitted_at.append(step)
         entries = [(uid, i, self.version, step) for uid, i in zip(uids, indices, strict=True)]
         if not self.lag:
             self._finish(entries)
@@ -135,8 +147,12 @@ class AgentLoop:
         if not entries:
             return
         keys, fields, tags = [], [], []
+        failed = set()
         for uid, index, started, step in entries:
             for session in range(N):
+                if self.fail_every and index % self.fail_every == 0 and session == N - 1:
+                    failed.add(uid)  # verl keeps the sessions that finished: a short group
+                    continue
                 row = trajectory(index, session)
                 row["uid"] = uid
                 row["global_steps"] = step
@@ -165,7 +181,14 @@ class AgentLoop:
         tq.kv_batch_put(
             keys=uids,
             partition_id=TRAIN,
-            tags=[{"is_prompt": True, "status": "finished", "global_steps": s} for s in steps],
+            tags=[
+                {
+                    "is_prompt": True,
+                    "status": "failure" if uid in failed else "finished",
+                    "global_steps": s,
+                }
+                for uid, s in zip(uids, steps, strict=True)
+            ],
         )
 
 
@@ -178,11 +201,13 @@ class ActorWorkers:
         self.saved: list[str] = []
 
     def update_actor(self, batch: Any) -> dict[str, Any]:
+        """verl's `update_actor`: the metrics its engine worker returns, keys and values
+        (`actor_metrics.py`: verl's own `ppo_loss` with the configured loss, per mini-batch)."""
         data = tq.kv_batch_get(
-            keys=batch.keys,
-            partition_id=batch.partition_id,
-            select_fields=["advantages", "uid", "responses"],
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=[*FIELDS, "uid"]
         )
+        dp = len(self._dispatch_info["actor"])
+        metrics, token_entropy = train_metrics(self.actor_config, data, batch.extra_info, dp)
         advantages = [float(a.sum()) if a.numel() else 0.0 for a in data["advantages"].unbind(0)]
         self.updates.append(
             {
@@ -192,17 +217,11 @@ class ActorWorkers:
                 "advantage_sums": advantages,
                 "responses": [tuple(r.tolist()) for r in data["responses"].unbind(0)],
                 "min_global_steps": [t.get("min_global_steps") for t in batch.tags],
+                "metrics": metrics,
+                "token_entropy": token_entropy,  # each mini-batch's, the plain token mean
             }
         )
-        return {
-            "metrics": {
-                "mfu": [0.0],
-                "actor/pg_clipfrac": [0.125],
-                "actor/entropy": [0.5],
-                "grad_norm": 2.0,
-                "actor/llm_replay_kl_behaviour": [0.01],
-            }
-        }
+        return {"metrics": {key: list(values) for key, values in metrics.items()}}
 
     def save_checkpoint(self, local_path: str, *args: Any, **kwargs: Any) -> None:
         Path(local_path).mkdir(parents=True, exist_ok=True)
@@ -213,15 +232,18 @@ class ActorWorkers:
             raise FileNotFoundError(local_path)
 
 
-def wire(trainer: Any, *, dp: int, lag: bool) -> tuple[AgentLoop, ActorWorkers]:
+def wire(
+    trainer: Any, *, dp: int, lag: bool, fail_every: int = 0
+) -> tuple[AgentLoop, ActorWorkers]:
     """Give a verl trainer built from its config (`PPOTrainer.__init__`, which builds our
     sampler through `_build_replay_buffer`) the stub workers in place of `init()`'s."""
     trainer.replay_buffer.poll_interval = 0.01
     trainer.tokenizer = SimpleNamespace(eos_token_id=2, pad_token_id=0)
     workers = ActorWorkers(dp)
+    workers.actor_config = actor_config(trainer.config)  # as verl's worker builds its loss's
     trainer.actor_rollout_wg = workers
     trainer.reward_loop_manager = SimpleNamespace(reward_loop_worker_handles=[])
-    loop = AgentLoop(trainer, lag=lag)
+    loop = AgentLoop(trainer, lag=lag, fail_every=fail_every)
     trainer.agent_loop_manager = loop
     weights = Weights(loop)
     trainer.checkpoint_manager = weights

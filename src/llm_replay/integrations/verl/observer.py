@@ -8,12 +8,39 @@ into the step's log and nowhere else. `observe_updates` wraps the trainer instan
 it) and hands them to the sampler, which maps them to our names (`step_statistics`) and feeds
 the method's host, one host step per mini-batch sample the method composed.
 
-verl reduces the actor's metrics over a step's mini-batches, so each of a step's samples reads
-the step's means. The behaviour statistics (`kl_behaviour`, `log_ratio_m2`, the ratio's moments)
-are reported by our losses in verl (`llm_replay_<loss>`, `plugin.py`) and are taken against the
-behaviour policy only when verl's `old_log_prob` is the behaviour log-probs
-(`algorithm.rollout_correction.bypass_mode=true`); otherwise they are left out, as verl's own
-losses leave them out.
+What verl's actor reports (verl 0.9.1: the worker's `train_mini_batch` / `_postprocess_output`,
+the loss's `ppo_loss`, the trainer's `_update_actor`, which prefixes `actor/` and reduces each
+key over the step's mini-batches: the max for a key naming `max`, else the mean), and what of
+it the method reads:
+
+- `actor/pg_loss` → `loss/policy`: the policy-gradient term of one optimizer step's loss (before
+  any entropy or KL term), normalised over the mini-batch as the loss aggregates, as ours is;
+- `actor/grad_norm` → `loss/grad_norm`: the gradient norm before clipping, as ours;
+- the clip fraction → `loss/clip_fraction`: our losses' (`actor/llm_replay_clip_fraction`, from
+  the losses that clip: grpo, dapo, gspo, cispo, bapo) or verl's own losses'
+  (`actor/pg_clipfrac`). A loss that does not clip (tis truncates, icepop and m2po mask) reports
+  none, as under our loop;
+- `actor/llm_replay_sampled_nll` → `loss/sampled_nll`, from our losses: the current policy's
+  alone, so read in every mode;
+- the behaviour statistics (`kl_behaviour`, `log_ratio_m2`, the ratio's mean and max) from our
+  losses, taken against verl's `old_log_prob`, which is the behaviour policy only with
+  `algorithm.rollout_correction.bypass_mode=true`; otherwise they are left out, as verl's own
+  losses leave them out. verl's `ratio_max` is not ours: each micro-batch's max, averaged over
+  micro-batches and ranks, then the largest over the step's mini-batches, so it is at most the
+  step's true max that our learner reports;
+- the entropy → `loss/entropy`: `actor/entropy_loss`, the training forward's token entropy, which
+  the worker computes only when asked (`actor_rollout_ref.actor.calculate_entropy=true`, or an
+  entropy bonus, `entropy_coeff` ≠ 0); else `actor/entropy`, which verl's `_compute_old_log_prob`
+  adds from its recomputed forward (the weights the step starts from), but which bypass mode
+  skips. Both are aggregated with the actor's `loss_agg_mode`, so they are the mean token entropy,
+  ours, only under `token-mean` (verl's default); under another mode the entropy is left out.
+  In bypass mode without `calculate_entropy` verl computes no entropy at all, and it is absent.
+
+verl averages its loss metrics over micro-batches unweighted, where our learner weighs them by
+tokens; each of a step's samples reads the step's means. No method option reads the step's
+entropy (anneal's entropy reading is the fresh rounds' behaviour NLL, from `rollout_log_probs`);
+`missing_signals` refuses, or warns about, an option that reads a statistic this configuration
+of verl does not report.
 
 μ (generation + scoring seconds per rollout generated ÷ training seconds per row trained) is
 measured in verl's sync mode, where a step waits for its own rollouts: the sampler charges the
@@ -25,19 +52,27 @@ from it needs it given (`sampler_kwargs.mu`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from llm_replay.integrations.verl.plugin import METRIC_PREFIX
+import torch
+
+from llm_replay.algorithms.losses import LossInputs, build_loss, loss_statistics
+from llm_replay.config import ReplayConfig
+from llm_replay.integrations.verl.plugin import LOSS_PREFIX, METRIC_PREFIX, REGISTERED
+from llm_replay.integrations.verl.settings import lookup
+from llm_replay.methods.signals import STEP_KEYS
 
 log = logging.getLogger(__name__)
 
-# verl's actor metric: our learner's (methods.signals.STEP_KEYS); verl's own losses report these
+# verl's actor metric: our learner's (methods.signals.STEP_KEYS), read in every mode
 ACTOR_METRICS = {
-    "actor/pg_clipfrac": "loss/clip_fraction",
-    "actor/entropy": "loss/entropy",
+    "actor/pg_clipfrac": "loss/clip_fraction",  # verl's own clipped losses
+    f"{METRIC_PREFIX}clip_fraction": "loss/clip_fraction",  # our clipped losses
+    f"{METRIC_PREFIX}sampled_nll": "loss/sampled_nll",  # the current policy's alone
     "actor/grad_norm": "loss/grad_norm",
     "actor/pg_loss": "loss/policy",
 }
@@ -47,26 +82,122 @@ BEHAVIOUR_METRICS = {
     f"{METRIC_PREFIX}ratio_max": "loss/ratio_max",
     f"{METRIC_PREFIX}kl_behaviour": "loss/kl_behaviour",
     f"{METRIC_PREFIX}log_ratio_m2": "loss/log_ratio_m2",
-    f"{METRIC_PREFIX}sampled_nll": "loss/sampled_nll",
 }
+# the entropy, the first of these present: the training forward's, else the old-policy forward's
+ENTROPY_METRICS = ("actor/entropy_loss", "actor/entropy")
+TOKEN_MEAN = "token-mean"
 
 UpdateCallback = Callable[[Mapping[str, Any], float, int], None]
 
 
-def step_statistics(metrics: Mapping[str, Any], *, behaviour: bool) -> dict[str, float]:
-    """verl's actor metrics for one step under our learner's names; the behaviour statistics
-    only where `behaviour` (verl's old_log_prob is the behaviour policy)."""
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def step_statistics(
+    metrics: Mapping[str, Any], *, behaviour: bool, token_mean: bool = True
+) -> dict[str, float]:
+    """verl's actor metrics for one step under our learner's names (module docstring): the
+    behaviour statistics only where `behaviour` (verl's old_log_prob is the behaviour policy),
+    the entropy only where `token_mean` (the actor's `loss_agg_mode` is token-mean,
+    `entropy_is_token_mean`)."""
     names = {**ACTOR_METRICS, **(BEHAVIOUR_METRICS if behaviour else {})}
     out = {}
     for theirs, ours in names.items():
-        value = metrics.get(theirs)
-        if value is None or isinstance(value, bool):
-            continue
-        try:
-            out[ours] = float(value)
-        except (TypeError, ValueError):
-            continue
+        value = _number(metrics.get(theirs))
+        if value is not None:
+            out[ours] = value
+    if token_mean:
+        for theirs in ENTROPY_METRICS:
+            value = _number(metrics.get(theirs))
+            if value is not None:
+                out["loss/entropy"] = value
+                break
     return out
+
+
+@functools.cache
+def loss_reports(name: str) -> frozenset[str]:
+    """The statistics our loss `name` reports in verl (`plugin.verl_loss`, as `loss/<key>` under
+    our loop), found by running it on two rows of three tokens."""
+    logprobs = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -1.5, -0.7]])  # [2, 3]
+    inputs = LossInputs(logprobs, logprobs - 0.3, torch.tensor([1.0, -1.0]), torch.ones(2, 3))
+    _, parts = build_loss(name)(inputs)
+    return frozenset(loss_statistics(inputs, parts))
+
+
+def entropy_is_token_mean(root: Any) -> bool:
+    """Whether verl aggregates the actor's entropy as the mean over tokens, ours
+    (`actor.loss_agg_mode`, token-mean by default)."""
+    mode = lookup(root, "actor_rollout_ref.actor.loss_agg_mode")
+    return mode is None or str(mode) == TOKEN_MEAN
+
+
+def reported_signals(root: Any) -> frozenset[str]:
+    """The step statistics (`methods.signals.STEP_KEYS`' short names) verl's actor reports, and
+    `step_statistics` maps, under the verl config `root`. For verl's own losses the clip
+    fraction is taken as reported: most report `actor/pg_clipfrac` (verl 0.9.1: all but `gpg` and
+    `kl_cov`)."""
+    short = {ours: key for key, ours in STEP_KEYS.items()}
+    bypass = bool(lookup(root, "algorithm.rollout_correction.bypass_mode"))
+    mode = str(lookup(root, "actor_rollout_ref.actor.policy_loss.loss_mode") or "vanilla")
+    names = {"loss/grad_norm", "loss/policy"}
+    if mode in REGISTERED:  # ours
+        reports = {f"{METRIC_PREFIX}{key}" for key in loss_reports(mode.removeprefix(LOSS_PREFIX))}
+        names |= {v for k, v in ACTOR_METRICS.items() if k in reports}
+        if bypass:
+            names |= {v for k, v in BEHAVIOUR_METRICS.items() if k in reports}
+    else:
+        names.add("loss/clip_fraction")
+    actor = lookup(root, "actor_rollout_ref.actor")
+    computes_entropy = bool(lookup(actor, "calculate_entropy")) or bool(
+        lookup(actor, "entropy_coeff")
+    )
+    if entropy_is_token_mean(root) and (computes_entropy or not bypass):
+        names.add("loss/entropy")
+    return frozenset(short[n] for n in names)
+
+
+def missing_signals(root: Any, replay: ReplayConfig) -> list[str]:
+    """What the method's options read of the actor that verl, configured as `root`, does not
+    report. An option set to read a statistic that never comes (anneal's `clip_max` with a loss
+    that does not clip) is refused: the returned problems, each naming the setting. A reading on
+    by default that stays silent (anneal's `m2` without the behaviour statistics) is logged as a
+    warning, since the option's other readings still work. No option reads the step's entropy
+    (anneal's entropy reading is the fresh rounds' behaviour NLL, which verl gives every
+    replaying method through `rollout_log_probs`), so its absence is neither."""
+    if root is None:
+        return []
+    anneal = (replay.options or {}).get("anneal")
+    if anneal is None or not getattr(anneal, "enabled", False):
+        return []
+    if getattr(anneal, "mode", None) != "signals":
+        return []
+    reported = reported_signals(root)
+    mode = lookup(root, "actor_rollout_ref.actor.policy_loss.loss_mode")
+    problems = []
+    clip_max = getattr(anneal, "clip_max", None)
+    if clip_max is not None and "clip_fraction" not in reported:
+        clipped = [m for m in REGISTERED if "clip_fraction" in loss_reports(m[len(LOSS_PREFIX) :])]
+        problems.append(
+            f"sampler_kwargs.anneal.clip_max = {clip_max!r}: loss_mode {mode} reports no clip "
+            "fraction (it does not clip), so the reading would never press; use a loss that "
+            f"clips ({', '.join(clipped)}) or leave clip_max unset"
+        )
+    if "log_ratio_m2" not in reported:
+        log.warning(
+            "llm-replay sampler: anneal's m2 reading (m2_max) reads the log-ratio's second "
+            "moment against the behaviour policy, which verl reports only from our losses "
+            "(loss_mode llm_replay_<loss>, now %s) with algorithm.rollout_correction."
+            "bypass_mode=true; it will not press",
+            mode,
+        )
+    return problems
 
 
 def trainer_of(refill_fn: Any) -> Any:

@@ -49,12 +49,28 @@ from llm_replay.buffer import Sample
 from llm_replay.config.parse import ConfigError
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
-from llm_replay.integrations.verl.observer import observe_updates, step_statistics, trainer_of
+from llm_replay.integrations.verl.clock import StepTally, UpdateClock
+from llm_replay.integrations.verl.observer import (
+    entropy_is_token_mean,
+    missing_signals,
+    observe_updates,
+    step_statistics,
+    trainer_of,
+)
 from llm_replay.integrations.verl.settings import (
     SamplerSettings,
     lookup,
+    run_length,
     startup_problems,
     verl_root,
+)
+from llm_replay.integrations.verl.state import (
+    PIPELINE_DIR,
+    STATE_DIR,
+    STATE_FILE,
+    TRAJECTORIES_DIR,
+    clear_issued_rows,
+    missing_state_message,
 )
 from llm_replay.integrations.verl.trajectories import (
     TrajectoryStore,
@@ -71,13 +87,13 @@ from llm_replay.methods.host import (
 from llm_replay.metrics.compute import ComputeMeter
 
 log = logging.getLogger(__name__)
-STATE_DIR = "llm_replay"
-STATE_FILE = "sampler.json"
-PIPELINE_DIR = "pipeline"
-TRAJECTORIES_DIR = "trajectories"
 TRAIN = "train"
 SYNC = "sync"
 ASYNC_MODES = ("colocate_async", "separate_async")
+MAX_REFILLS = 8  # refills one step may ask for before the sampler stops the run
+# verl's own sampler polls TransferQueue every 2 s (and the trainer passes none): the wait for a
+# step's rollouts is μ's generation time, so a coarse poll would round it up by up to 2 s
+POLL_SECONDS = 0.05
 
 
 class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
@@ -97,7 +113,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         max_off_policy_threshold: int | None,
         max_off_policy_strategy: str,
         sampler_kwargs: Any,
-        poll_interval: float = 2.0,
+        poll_interval: float = POLL_SECONDS,
         refill_fn: Any = None,
         book: AdvantageBook = BOOK,
         **kwargs: Any,
@@ -138,10 +154,12 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.mini_batch_prompts = self.settings.mini_batch_prompts or _int(
             lookup(root, "actor_rollout_ref.actor.ppo_mini_batch_size")
         )
+        problems += missing_signals(root, replay)
         if problems:
             raise ValueError("; ".join(problems))
         self.root = root
-        self.total_steps = self.settings.total_steps or run_length(root)
+        self.calls_per_step = _int(lookup(trainer_config, "parameter_sync_step")) or 1
+        self.total_steps = self.settings.total_steps or run_length(root, self.calls_per_step)
         directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
         self.checkpoint_dir = None if directory is None else Path(str(directory))
         self.measures_mu = trainer_mode == SYNC
@@ -163,6 +181,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 else "bounds a fresh group's age when first trained",
             )
         self.behaviour_statistics = bool(lookup(root, "algorithm.rollout_correction.bypass_mode"))
+        self.token_mean_entropy = entropy_is_token_mean(root)
         self.meter = ComputeMeter()
         self.step_samples: list[Sample] = []
         trainer = trainer_of(refill_fn)
@@ -176,6 +195,9 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.next_group = 0
         self.steps = 0
         self.issued: list[str] = []
+        self.pending: list[Sample] = []
+        self.step = StepTally()
+        self.clock = UpdateClock()
         self.started = False
 
     # ---------------------------------------------------------------- verl's entry point
@@ -190,51 +212,100 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 "prompts a step"
             )
         self.book.forget(self.issued)
-        first_fresh_group = self.next_group
+        if global_steps != self.step.number:
+            self.step = StepTally(global_steps, calls_left=self.calls_per_step)
+            self.clock.publish(global_steps - 1)
         metrics: dict[str, Any] = {}
-        fresh_rows = refilled = 0
-        while True:
-            samples, fresh_count, round_metrics = self._round(global_steps, batch_size)
-            fresh_rows += fresh_count
-            metrics.update(round_metrics)
-            out_keys, out_rows, out_tags, advantages = self._compose(samples)
-            if out_keys:
-                break
-            if self.refill_fn is None:
-                raise RuntimeError(
-                    "the method composed no batch from this step's rollouts and verl gave the "
-                    "sampler no refill_fn to ask for more"
-                )
-            count = self.refill_size(batch_size)
-            self.refill_fn(count)  # the rows wait in the method's table for the next round
-            refilled += count
+        if self.measures_mu:  # sync: the step's prompts were all generated by one version
+            if not self.step.composed:
+                metrics = self._fill(global_steps, batch_size * self.calls_per_step, batch_size)
+            share = -(-len(self.pending) // max(1, self.step.calls_left))
+        else:
+            metrics = self._fill(global_steps, batch_size, batch_size)
+            share = len(self.pending)
+        samples, self.pending = self.pending[:share], self.pending[share:]
+        out_keys, out_rows, out_tags, advantages = self._compose(samples)
         tq.kv_batch_put(
             keys=out_keys,
             partition_id=partition_id,
             fields=list_of_dict_to_tensordict(out_rows),
             tags=out_tags,
         )
-        host = self._host()
         uids = [key.split("_", 1)[0] for key in out_keys]
         self.book.write(uids, advantages)
         self.issued = uids
         self.step_samples = list(samples)
+        self.step.trained += len(out_keys)
+        mini_rows = (self.mini_batch_prompts or batch_size) * (self.group_size or 1)
+        self.clock.advance(-(-len(out_keys) // mini_rows))  # the optimizer steps verl takes on them
+        self.step.replayed += sum(
+            int(np.sum(s.group_ids < self.step.first_fresh_group)) for s in samples
+        )
+        self.step.calls_left -= 1
+        if self.step.calls_left <= 0:  # verl averages a step's updates' metrics: counts go once
+            metrics.update(self._step_metrics())
+        return KVBatchMeta(partition_id=partition_id, keys=out_keys, tags=out_tags), metrics
+
+    def _fill(self, global_steps: int, prompts: int, refill_for: int) -> dict[str, Any]:
+        """Rounds of fresh groups through the method until it has composed a batch for each of
+        the step's updates still to come (sync: the step's `prompts`, all of them; async: this
+        update's): verl's finished groups first, then, while the method composes too few, a
+        refill of `refill_size(refill_for)` prompts, taken whole in the next round so that none
+        waits in TransferQueue (sync mode never evicts a group, and verl hands out the oldest
+        first). Bounded: a method that composes nothing after `MAX_REFILLS` refills stops the
+        run with what it had."""
+        needed = max(1, self.step.calls_left) if self.measures_mu else 1
+        if self.step.first_fresh_group < 0:
+            self.step.first_fresh_group = self.next_group
+        metrics: dict[str, Any] = {}
+        take = prompts
+        for refills in range(MAX_REFILLS + 1):
+            samples, fresh_count, round_metrics = self._round(global_steps, take)
+            self.pending.extend(samples)
+            self.step.fresh += fresh_count
+            metrics.update(round_metrics)
+            if len(self.pending) >= needed:
+                break
+            if self.refill_fn is None:
+                raise RuntimeError(
+                    "the method composed no batch from this step's rollouts and verl gave the "
+                    "sampler no refill_fn to ask for more"
+                )
+            if refills == MAX_REFILLS:
+                raise RuntimeError(
+                    f"sampler_kwargs.method = {self.settings.replay.method!r}: composed "
+                    f"{len(self.pending)} of the {needed} batches step {global_steps} needs "
+                    f"after {MAX_REFILLS} refills ({self.step.refilled} prompts); check the "
+                    "method's batch against verl's (ppo_mini_batch_size × rollout.n rows) and "
+                    "its fill knobs"
+                )
+            take = self.refill_size(refill_for)
+            log.info(
+                "llm-replay sampler: step %d: the method composed %d of %d batches; asking "
+                "verl for %d more prompts",
+                global_steps,
+                len(self.pending),
+                needed,
+                take,
+            )
+            self.refill_fn(take)
+            self.step.refilled += take
+        self.step.composed = True
+        return metrics
+
+    def _step_metrics(self) -> dict[str, float]:
+        host = self._host()
         self.store.prune(self._live_groups())
         self.steps += 1
-        metrics.update(
-            {
-                **{f"llm_replay/{k}": float(v) for k, v in host.metrics().items()},
-                "llm_replay/fresh_rows": float(fresh_rows),
-                "llm_replay/refilled_prompts": float(refilled),
-                "llm_replay/trained_rows": float(len(out_keys)),
-                "llm_replay/replayed_rows": float(
-                    sum(int(np.sum(s.group_ids < first_fresh_group)) for s in samples)
-                ),
-                "llm_replay/trajectories_kept": float(len(self.store)),
-                **self._meter_metrics(),
-            }
-        )
-        return KVBatchMeta(partition_id=partition_id, keys=out_keys, tags=out_tags), metrics
+        return {
+            **{f"llm_replay/{k}": float(v) for k, v in host.metrics().items()},
+            "llm_replay/fresh_rows": float(self.step.fresh),
+            "llm_replay/refilled_prompts": float(self.step.refilled),
+            "llm_replay/trained_rows": float(self.step.trained),
+            "llm_replay/replayed_rows": float(self.step.replayed),
+            "llm_replay/trajectories_kept": float(len(self.store)),
+            **self._meter_metrics(),
+        }
 
     def refill_size(self, batch_size: int) -> int:
         """How many prompts to ask verl for when the method composed no batch: at least this
@@ -255,10 +326,12 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         if self.measures_mu and rows:
             self.meter.add_seconds("training", seconds)
             self.meter.add(rollouts_trained=rows)
-        statistics = step_statistics(metrics, behaviour=self.behaviour_statistics)
+        statistics = step_statistics(
+            metrics, behaviour=self.behaviour_statistics, token_mean=self.token_mean_entropy
+        )
         if self.host is not None:
             for sample in self.step_samples:
-                self.host.after_step(sample, statistics)
+                self.host.after_step(sample, statistics, policy_version=self.clock.updates)
         self.step_samples = []
 
     def _meter_metrics(self) -> dict[str, float]:
@@ -293,7 +366,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             tq.kv_clear(keys=keys, partition_id=TRAIN)
         progress = min(1.0, (global_steps - 1) / self.total_steps) if self.total_steps else None
         batches = self._host().round(
-            fresh, policy_version=global_steps - 1, mu=self.meter.mu, progress=progress
+            fresh, policy_version=self.clock.updates, mu=self.meter.mu, progress=progress
         )
         return list(batches), len(keys), metrics
 
@@ -317,7 +390,8 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             needs_behaviour=self.replays,
             advantage=self.settings.advantage,
             correct_threshold=self.settings.correct_threshold,
-            current_version=step - 1,
+            current_version=self.clock.at(step - 1),
+            version_of=self.clock.at,
         )
 
     # ---------------------------------------------------------------- the step's rows out
@@ -358,9 +432,10 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         if self.host is None:
             assert self.prompts_per_step is not None and self.group_size is not None
             mini = self.mini_batch_prompts or self.prompts_per_step
+            calls = self.calls_per_step if self.measures_mu else 1  # sync: one round a step
             shape = RunShape(
                 batch_size=mini * self.group_size,
-                rollouts_per_step=self.prompts_per_step * self.group_size,
+                rollouts_per_step=self.prompts_per_step * calls * self.group_size,
                 group_size=self.group_size,
                 seed=self.settings.seed,
                 advantage=self.settings.advantage,
@@ -381,7 +456,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 "sampler_kwargs.group_size: not given and verl's actor_rollout_ref.rollout.n "
                 "is not reachable from sampler_kwargs"
             )
-        self.total_steps = self.total_steps or run_length(self.root)
+        self.total_steps = self.total_steps or run_length(self.root, self.calls_per_step)
         if self.settings.follows_progress() and not self.total_steps:
             recipe = self.settings.recipe
             raise ValueError(
@@ -393,23 +468,32 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             )
         if global_steps <= 1:
             return
-        state = self._state_dir(global_steps - 1)
+        folder = self._resumed_from(global_steps - 1)
+        state = None if folder is None else folder / STATE_DIR
         if state is None or not (state / STATE_FILE).is_file():
-            raise FileNotFoundError(
-                f"resuming at step {global_steps}: no llm-replay sampler state at {state} (set "
-                "trainer.checkpoint_callback_class="
-                "llm_replay.integrations.verl.ReplayCheckpointCallback so checkpoints carry it, "
-                "and sampler_kwargs.checkpoint_dir if it is not trainer.default_local_dir)"
-            )
+            raise FileNotFoundError(missing_state_message(global_steps, folder))
         self.load(state)
 
-    def _state_dir(self, step: int) -> Path | None:
+    def _resumed_from(self, step: int) -> Path | None:
+        """The checkpoint folder verl resumed from, found as verl's `_load_checkpoint` finds it:
+        `trainer.resume_from_path` in `resume_path` mode (anywhere, not only under
+        `default_local_dir`), else `global_step_<step>` under `sampler_kwargs.checkpoint_dir`
+        or `trainer.default_local_dir` (relative paths from the working directory)."""
+        if str(lookup(self.root, "trainer.resume_mode") or "") == "resume_path":
+            given = lookup(self.root, "trainer.resume_from_path")
+            if given:
+                return Path(str(given)).absolute()
         if self.checkpoint_dir is None:
             return None
-        return self.checkpoint_dir / f"global_step_{step}" / STATE_DIR
+        return self.checkpoint_dir.absolute() / f"global_step_{step}"
 
     def save(self, directory: Path) -> None:
         """Write the sampler's whole state to `directory` atomically (through the host)."""
+        if self.pending:  # verl saves between steps, when every composed batch was handed out
+            raise RuntimeError(
+                f"saving in the middle of step {self.step.number}: {len(self.pending)} composed "
+                "batches not yet handed to verl"
+            )
         state = {
             "prompts_per_step": self.prompts_per_step,
             "group_size": self.group_size,
@@ -417,6 +501,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             "next_group": self.next_group,
             "steps": self.steps,
             "meter": self.meter.state_dict(),
+            "clock": self.clock.state_dict(),
         }
         self._host().save(
             directory,
@@ -442,8 +527,10 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.steps = int(state["steps"])
         if "meter" in state:  # older saves have none
             self.meter.load_state_dict(state["meter"])
+        if "clock" in state:  # older saves counted ages in verl steps
+            self.clock.load_state_dict(state["clock"])
         self.started = True
-        _clear_issued_rows()
+        clear_issued_rows()
 
 
 class AsyncReplaySampler(ReplaySampler, ReplayBufferAsync):  # type: ignore[misc]
@@ -454,30 +541,5 @@ class AsyncReplaySampler(ReplaySampler, ReplayBufferAsync):  # type: ignore[misc
     `custom_sampler.name=ReplaySampler` meets an async `trainer_mode`."""
 
 
-def _clear_issued_rows() -> None:
-    """Clear the rows this sampler put for a step that a restored TransferQueue still holds:
-    verl's async checkpoint is written before the step's keys are cleared, and no prompt key
-    refers to them. Left there, they would collide with the rows the resumed sampler issues under
-    the same keys (its uid counter resumes too)."""
-    listed = tq.kv_list(TRAIN) or {}
-    keys = [key for key in listed.get(TRAIN, {}) if key.startswith(UID_PREFIX)]
-    if keys:
-        tq.kv_clear(keys=keys, partition_id=TRAIN)
-
-
 def _int(value: Any) -> int | None:
     return None if value is None or isinstance(value, bool) else int(value)
-
-
-def run_length(root: Any) -> int | None:
-    """The run's steps: `trainer.total_training_steps` where the user set it, else what verl's
-    trainer derives from the data and writes into the actor's optimizer config (in optimizer
-    updates, `parameter_sync_step` of them a step) after the sampler is built."""
-    steps = _int(lookup(root, "trainer.total_training_steps"))
-    if steps:
-        return steps
-    updates = _int(lookup(root, "actor_rollout_ref.actor.optim.total_training_steps"))
-    if not updates or updates < 0:
-        return None
-    per_step = _int(lookup(root, "trainer.v1.sync.parameter_sync_step")) or 1
-    return max(1, updates // per_step)

@@ -46,11 +46,13 @@ def read_rollouts(
     advantage: str,
     correct_threshold: float,
     current_version: int,
+    version_of: Callable[[int], int] = int,
 ) -> RolloutBatch:
     """Fresh verl trajectories as llm-replay rollouts, each kept whole in `store`: rewards are
     the summed `rm_scores`, behaviour log-probs the stored `rollout_log_probs` (required where
     `needs_behaviour`), the group `group_of(uid)`, the policy version the weights the trajectory
-    started from (`min_global_steps`, else `current_version`)."""
+    started from (`min_global_steps` through `version_of`, which turns verl's version into the
+    front end's unit, else `current_version`, already in it)."""
     group_ids = []
     for key, row in zip(keys, rows, strict=True):
         uid, _session, index = key.rsplit("_", 2)
@@ -82,7 +84,9 @@ def read_rollouts(
     group_array = np.asarray(group_ids, dtype=np.int64)
     versions = np.array(
         [
-            current_version if tag.get("min_global_steps") is None else tag["min_global_steps"]
+            current_version
+            if tag.get("min_global_steps") is None
+            else version_of(int(tag["min_global_steps"]))
             for tag in tags
         ],
         dtype=np.int64,
