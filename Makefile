@@ -9,7 +9,7 @@ VERL_VENV  := .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: docs verl-env verl-test install-test main-test side-tests demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: docs verl-env verl-test gpu-check install-test main-test side-tests demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ verl-env: $(VERL_STAMP)
 # the verl sampler, losses and plugin against a real TransferQueue on a local Ray (CPU)
 verl-test: $(VERL_STAMP)
 	RAY_AUTH_MODE=disabled $(VERL_PY) -m pytest -q -p no:cacheprovider tests/integrations/verl_v1
+
+# the GPU check (issue #54; docs/verl.md "GPU check"): the loop on CUDA, verl with replay where
+# verl and vLLM import, a report in build/gpu_check.json. It runs with whatever python3 the machine
+# has, not .venv: a GPU machine brings its own CUDA build of torch and may have no network, and
+# .venv pins the CPU build. It needs torch, transformers, tokenizers, safetensors, numpy, pyyaml,
+# pyarrow; the rest of our dependencies (reasoning-gym, Ray, verl, vLLM) are optional to it.
+gpu-check:
+	PYTHONPATH=src $(PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 # the README's install block: build the wheel, install it into a clean venv, train from a temp dir
 install-test: $(STAMP)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,24 +39,31 @@ def rows(problems: list[Problem], split: str) -> pa.Table:
     )
 
 
+def prepare(out: Path, config: str = "positive", sets: Sequence[str] = ()) -> int:
+    """Write `out`/train.parquet, val.parquet and model/ for `config` (with `--set` overrides
+    `sets`, e.g. a smaller `task.train_size`); returns the number of train prompts."""
+    settings = load_config(config, list(sets))
+    task = build_task(settings)
+    out.mkdir(parents=True, exist_ok=True)
+    pq.write_table(rows(list(task.train), "train"), out / "train.parquet")
+    pq.write_table(rows(list(task.eval), "test"), out / "val.parquet")
+    model = out / "model"
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.copytree(resolve_model_path(settings.model.path), model)
+    tokenizer_config = model / "tokenizer_config.json"
+    tokenizer = json.loads(tokenizer_config.read_text())
+    tokenizer["chat_template"] = RAW_TEXT_TEMPLATE
+    tokenizer_config.write_text(json.dumps(tokenizer, indent=2))
+    return len(task.train)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--config", default="positive", help="a preset name or a YAML file")
     args = parser.parse_args()
-    config = load_config(args.config, [])
-    task = build_task(config)
-    args.out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(rows(list(task.train), "train"), args.out / "train.parquet")
-    pq.write_table(rows(list(task.eval), "test"), args.out / "val.parquet")
-    model = args.out / "model"
-    shutil.rmtree(model, ignore_errors=True)
-    shutil.copytree(resolve_model_path(config.model.path), model)
-    tokenizer_config = model / "tokenizer_config.json"
-    settings = json.loads(tokenizer_config.read_text())
-    settings["chat_template"] = RAW_TEXT_TEMPLATE
-    tokenizer_config.write_text(json.dumps(settings, indent=2))
-    print(f"wrote {args.out}/train.parquet, val.parquet and model/ ({len(task.train)} prompts)")
+    count = prepare(args.out, args.config)
+    print(f"wrote {args.out}/train.parquet, val.parquet and model/ ({count} prompts)")
 
 
 if __name__ == "__main__":
