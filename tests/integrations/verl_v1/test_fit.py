@@ -241,6 +241,16 @@ def test_compute_optimal_replays_at_the_mu_measured_from_verls_sync_step(tmp_pat
     assert sampler.meter.mu is not None
 
 
+def test_the_weight_sync_a_step_pays_is_charged_to_generation_in_mu(tmp_path: Path) -> None:
+    """The wait for a step's rollouts does not see verl publishing the weights to the replicas
+    (`on_step_end`) or draining them (`on_sample_end`): the sampler times both as generation."""
+    trainer, loop, _ = build(tmp_path, "sync", "positive")
+    trainer.checkpoint_manager.sync_seconds = 0.2
+    trainer.fit(loop)
+    # four steps' publishes; the stub generates at once, so without them generation costs ~0
+    assert trainer.replay_buffer.meter.seconds["generation"] >= 4 * 0.2
+
+
 def test_compute_optimal_needs_mu_given_in_the_async_modes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"sampler_kwargs\.mu: .* generation overlaps training"):
         build(tmp_path, "colocate_async", "compute_optimal")

@@ -20,6 +20,7 @@ unchanged; what it talks to is replaced by the smallest objects that keep its co
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -88,9 +89,11 @@ class Weights:
     def __init__(self, loop: AgentLoop) -> None:
         self.loop = loop
         self.calls: list[str] = []
+        self.sync_seconds = 0.0
 
     def update_weights(self, step: int) -> dict[str, float]:
         self.calls.append(f"update_weights({step})")
+        time.sleep(self.sync_seconds)  # what a weight transfer to the replicas takes
         self.loop.version = int(step)
         self.loop.asleep = False  # verl wakes the replicas to load the weights
         return {}

@@ -231,3 +231,30 @@ def observe_updates(trainer: Any, callback: UpdateCallback) -> bool:
     _update_actor.__llm_replay_observed__ = True  # type: ignore[attr-defined]
     trainer._update_actor = _update_actor
     return True
+
+
+def time_hooks(
+    trainer: Any, names: tuple[str, ...], callback: Callable[[float], None]
+) -> list[str]:
+    """Wrap each of the trainer's hooks in `names` (verl's method runs unchanged) so that
+    `callback(seconds)` hears how long each call took. In sync mode the sampler charges
+    `on_sample_end` (the replicas drained and put to sleep) and `on_step_end` (the weights
+    published to them) to generation: the cost of keeping a colocated generator, paid once a
+    step, which the wait for the step's rollouts does not see. Returns the hooks wrapped."""
+    wrapped = []
+    for name in names:
+        original = getattr(trainer, name, None)
+        if not callable(original) or getattr(original, "__llm_replay_timed__", False):
+            continue
+
+        def timed(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                callback(time.perf_counter() - started)
+
+        timed.__llm_replay_timed__ = True  # type: ignore[attr-defined]
+        setattr(trainer, name, timed)
+        wrapped.append(name)
+    return wrapped

@@ -55,6 +55,7 @@ from llm_replay.integrations.verl.observer import (
     missing_signals,
     observe_updates,
     step_statistics,
+    time_hooks,
     trainer_of,
 )
 from llm_replay.integrations.verl.settings import (
@@ -187,6 +188,8 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         trainer = trainer_of(refill_fn)
         if trainer is not None:
             observe_updates(trainer, self._after_update)
+            if self.measures_mu:
+                time_hooks(trainer, ("on_sample_end", "on_step_end"), self._generation_overhead)
         self.book = book
         self.store = TrajectoryStore()
         self.host: ReplayHost | None = None
@@ -333,6 +336,11 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             for sample in self.step_samples:
                 self.host.after_step(sample, statistics, policy_version=self.clock.updates)
         self.step_samples = []
+
+    def _generation_overhead(self, seconds: float) -> None:
+        """Draining the replicas and publishing weights to them (sync mode), charged to
+        generation: nothing else a step does pays for them."""
+        self.meter.add_seconds("generation", seconds)
 
     def _meter_metrics(self) -> dict[str, float]:
         if not self.measures_mu:
