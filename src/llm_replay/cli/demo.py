@@ -10,7 +10,9 @@ positive_schedule`) 1.12× (docs/RESULTS.md, "Training demo").
 
 The budget is on the μ = 5 cost basis (completion tokens generated × 5 + completion tokens
 trained on), a count, so a busy laptop and an idle server run the same steps and draw the same
-curves; measured seconds are reported beside it. "Compute to reach the target" is compare's
+curves; measured seconds are reported beside it, and flagged as not comparable where a fixed
+piece of work timed beside each run (`metrics.speed_probe`) says the machine's load changed
+between the two runs by more than a quarter. "Compute to reach the target" is compare's
 definition (`analysis.compare_methods`): the first evaluation whose trailing mean of three reaches
 the on-policy run's final trailing mean. Writes `accuracy_vs_compute.png` and `demo.json`.
 """
@@ -26,6 +28,7 @@ from rich.table import Table
 from llm_replay.config import load_config
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.report import plot_accuracy_vs_compute
+from llm_replay.metrics.speed_probe import SpeedProbe, seconds_verdict
 from llm_replay.terminal import console, print_summary, run_training
 
 CONFIGS = {"replay": "auto", "on-policy": "on_policy"}
@@ -71,11 +74,15 @@ def run_demo(
     loaded = {
         label: load_config(path, _overrides(out, label, quick)) for label, path in configs.items()
     }
+    probes: dict[str, list[float]] = {}
     for label, config in loaded.items():
         path = configs[label]
         console.rule(f"[bold]{label}[/]: {path}")
-        summaries[label] = run_training(config)
+        with SpeedProbe() as probe:
+            summaries[label] = run_training(config)
+        probes[label] = probe.samples
     print_summary(list(summaries.values()))
+    verdict = seconds_verdict(probes)
 
     runs = {label: [RunCurves.load(out / label)] for label in summaries}
     compared = compare_methods(runs, baseline="on-policy", bases=BASES)
@@ -93,6 +100,7 @@ def run_demo(
     result: dict[str, Any] = {
         "budget": None if quick else {"basis": BASIS, "amount": BUDGET},
         "target_accuracy": target,
+        "measured_seconds": verdict,
         "runs": {},
     }
     for label, summary in summaries.items():
@@ -119,6 +127,14 @@ def run_demo(
             "ratio_to_on_policy": ratio,
         }
     console.print(table)
+    if verdict["comparable"] is False:
+        others = [label for label in verdict["medians"] if label != verdict["slowest"]]
+        console.print(
+            f"[bold yellow]measured seconds not comparable:[/] this machine ran "
+            f"{verdict['slowdown']:.1f}× slower during the {verdict['slowest']} run than during "
+            f"the {', '.join(others)} run (a fixed piece of work timed every 2 s beside each run; "
+            "other work shares the machine); read the μ = 5 columns, which count work"
+        )
     console.print(MU_SENTENCE)
     png = plot_accuracy_vs_compute(
         [(label, out / label) for label in summaries],
