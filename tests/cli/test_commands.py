@@ -250,3 +250,126 @@ def test_a_copied_edited_preset_trains_from_another_directory(
     assert main(["presets"]) == 0
     listing = capsys.readouterr().out
     assert "positive_anneal" in listing and "base/chain_sum" in listing
+
+
+def one_error_line(out: str) -> str:
+    """The CLI's answer to a user error: exactly one line, `error: …`, no traceback."""
+    assert out.count("\n") == 1 and out.startswith("error: "), out
+    assert "Traceback" not in out
+    return out
+
+
+PAIRS = '{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n'
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("pairs.jsonl", PAIRS + '{"prompt": "2+2=", "chosen": "4"}\n', "line 2: field 'rejected'"),
+        ("pairs.jsonl", PAIRS.encode() + b'{"prompt": "\xff"}\n', "line 2 is not UTF-8"),
+        ("pairs.parquet", b"not parquet", "not readable Parquet"),
+    ],
+    ids=["missing-field", "not-utf8", "not-parquet"],
+)
+def test_a_bad_preference_file_is_one_line_naming_the_record_and_nothing_is_written(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    content: str | bytes,
+    message: str,
+) -> None:
+    """Issue #54: the record's error arrived as an uncaught PreferenceFileError traceback."""
+    pairs = tmp_path / name
+    pairs.write_bytes(content.encode() if isinstance(content, str) else content)
+    run = tmp_path / "run"
+    sets = ["preference.annotator=none", "preference.replay=uniform", f"preference.file={pairs}"]
+    sets += [f"log.run_dir={run}"]
+    assert main(["train", "dpo", *TINY, *(x for s in sets for x in ("--set", s))]) == 2
+    out = one_error_line(capsys.readouterr().out)
+    assert f"preference.file = '{pairs}'" in out and message in out
+    assert not run.exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "positve"], "did you mean the preset 'positive'?"),
+        (["train", "positve.yaml"], "did you mean the preset 'positive'?"),
+        (["train", "base/chain_summ"], "did you mean the preset 'base/chain_sum'?"),
+        (["presets", "--show", "positve"], "no such preset; choose one of"),
+        (["fields", "generaton"], "did you mean 'generation'?"),
+        (["train", "on_policy", "--set", "replay.method=positve"], "did you mean 'positive'?"),
+        (["train", "on_policy", "--set", "replay.methd=uniform"], "did you mean 'replay.method'?"),
+        (["train", "on_policy", "--set", "algorithm.loss=tiss"], "did you mean 'tis'?"),
+        (["train", "on_policy", "--set", "algorithm.los=tis"], "did you mean 'algorithm.loss'?"),
+        (["train", "on_policy", "--set", "task.kind=datset"], "did you mean 'dataset'?"),
+        (["train", "dpo", "--set", "preference.loss=ipoo"], "did you mean 'ipo'?"),
+    ],
+)
+def test_a_mistyped_name_gets_the_nearest_one_as_a_config_key_does(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #54: a mistyped preset, method, loss or choice named no near miss, where a mistyped
+    config key did; now every one goes through the same rule (`config.parse.closest`)."""
+    run = tmp_path / "run"
+    extra = ["--set", f"log.run_dir={run}"] if args[0] == "train" else []
+    assert main([*args, *extra]) == 2
+    out = one_error_line(capsys.readouterr().out)
+    assert message in out
+    if args[:2] == ["presets", "--show"]:
+        assert out.rstrip().endswith("did you mean 'positive'?")
+    assert not run.exists()
+
+
+def test_names_the_model_does_not_have_get_the_nearest_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = tmp_path / "run"
+    for sets, message in (
+        (["model.path=builtin:tiny-chain-summ"], "did you mean 'builtin:tiny-chain-sum'?"),
+        (["task.dataset=chain_summ"], "task.dataset = 'chain_summ': no reasoning-gym dataset"),
+    ):
+        args = [
+            "train",
+            "on_policy",
+            *(x for s in [*sets, f"log.run_dir={run}"] for x in ("--set", s)),
+        ]
+        assert main(args) == 2
+        out = one_error_line(capsys.readouterr().out)
+        assert message in out and "did you mean" in out
+        assert not run.exists()
+
+
+def test_resume_without_a_checkpoint_is_one_line_and_creates_no_run_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run directory used to be created before the checkpoint was looked for."""
+    run = tmp_path / "never-trained"
+    args = ["train", "on_policy", *TINY, "--resume", "--quiet", "--set", f"log.run_dir={run}"]
+    assert main(args) == 2
+    out = one_error_line(capsys.readouterr().out)
+    assert f"{run / 'checkpoint'}: no complete checkpoint" in out
+    assert not run.exists()
+
+
+def test_inspect_and_eval_name_their_own_flags_for_a_bad_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "table"
+    table.mkdir()
+    not_a_model = tmp_path / "model"
+    not_a_model.mkdir()
+    (not_a_model / "config.json").write_text("{}")
+    for tokenizer, message in (
+        (tmp_path / "nowhere", "--tokenizer = '{}': no such directory"),
+        (not_a_model, "--tokenizer = '{}': cannot load"),  # was a ValueError traceback
+    ):
+        assert main(["inspect", str(table), "--tokenizer", str(tokenizer)]) == 2
+        assert message.format(tokenizer) in one_error_line(capsys.readouterr().out)
+    missing = tmp_path / "no-run"
+    assert main(["eval", "on_policy", "--checkpoint", str(missing)]) == 2  # before the model loads
+    assert f"--checkpoint {missing}: no such run" in one_error_line(capsys.readouterr().out)
+    nowhere = missing / "eval.json"  # was a FileNotFoundError traceback after the evaluation
+    assert main(["eval", "on_policy", "--json", str(nowhere)]) == 2
+    assert f"--json {nowhere}: no directory {missing}" in one_error_line(capsys.readouterr().out)
+    assert not missing.exists()

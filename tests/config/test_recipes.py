@@ -119,6 +119,11 @@ def test_a_loss_the_user_names_replaces_the_recipes_with_a_warning(
     assert config.algorithm.loss == "tis" and config.algorithm.advantage == "grpo"
     assert config.algorithm.token_control == "off"  # the recipe's algorithm settings go with it
     assert "measured with algorithm.loss = 'asymre'" in caplog.text
+    # issue #54: the warning said `algorithm.token_control (kl_cov)` stays; it is off
+    assert "algorithm.token_control = 'off', not the recipe's 'kl_cov'" in caplog.text
+    assert "its generation settings stay: generation.adaptive)" in caplog.text
+    assert "token_control (kl_cov)" not in caplog.text
+    assert config.generation.adaptive.enabled  # what the warning says stays, does
     # the recipe's advantage alone cannot pair with the loss it needs: named, not guessed
     with pytest.raises(ConfigError, match="advantage = 'grpo': loss 'asymre' needs 'dr_grpo'"):
         load_config(None, ["replay.method=auto", "algorithm.advantage=grpo"])

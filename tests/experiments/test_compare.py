@@ -251,7 +251,22 @@ def test_quick_selects_methods_and_seeds(tmp_path: Path) -> None:
             "seeds = \\[\\]",
         ),
         ("methods: {a: {config: x, backend: verl}}\nbudget: 1\neval_every: 1", "backend = 'verl'"),
-        ("methods: {a: {config: x, sett: []}}\nbudget: 1\neval_every: 1", "unknown key.*sett"),
+        (
+            "methods: {a: {config: x, sett: []}}\nbudget: 1\neval_every: 1",
+            r"unknown key.*sett.*; did you mean 'methods\.a\.set'\?",
+        ),
+        (
+            "methods: {a: {config: on_policy}}\nbudget: 1\neval_every: 1\nbaselin: a",
+            r"unknown key\(s\) \['baselin'\]; expected .*; did you mean 'baseline'\?",
+        ),
+        (
+            "methods: {on_policy: {config: on_policy}}\nbudget: 1\neval_every: 1\nbaseline: on_polcy",
+            r"baseline = 'on_polcy': not among the methods; did you mean 'on_policy'\?",
+        ),
+        (
+            "methods: {a: {config: x, backend: trll}}\nbudget: 1\neval_every: 1",
+            r"backend = 'trll': choose one of .*; did you mean 'trl'\?",
+        ),
         (
             "methods: {a: {config: nowhere}}\nbudget: 1\neval_every: 1",
             r"methods\.a\.config 'nowhere': no preset of that name .* and no file .*nowhere",
@@ -543,3 +558,32 @@ methods:
     summary = json.loads((out / "summary.json").read_text())
     assert "annotations" in summary["methods"]["dpo_replay"]["compute_to_target_ratio"]
     assert (out / "accuracy_vs_annotations.png").stat().st_size > 10_000
+
+
+def test_a_mistyped_method_or_baseline_gets_the_nearest_name(tmp_path: Path) -> None:
+    from llm_replay.experiments.compare import planned_runs, with_baseline
+
+    experiment = load_experiment(write_experiment(tmp_path))
+    with pytest.raises(ConfigError, match=r"methods = \['unifrom'\]: .*did you mean 'uniform'\?"):
+        planned_runs(experiment, ["unifrom"])
+    with pytest.raises(ConfigError, match=r"baseline = 'on_polcy': .*did you mean 'on_policy'\?"):
+        with_baseline(experiment, "on_polcy")
+
+
+@pytest.mark.parametrize("part", ["1/1", "1/2"])
+def test_a_row_trl_cannot_run_is_refused_before_any_run_whichever_part(
+    part: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #54: `{config: dpo, backend: trl}` trained the rows before it, then TRLRun raised a
+    ValueError traceback. TRL's mapping now refuses a preference config, and every row is checked
+    before the first run, even one another part (here part 2 of 2) would run."""
+    monkeypatch.chdir(ROOT)
+    path = write_experiment(tmp_path, seeds="[0]")
+    path.write_text(
+        path.read_text().replace("quick:", "  trl_dpo: {config: dpo, backend: trl}\nquick:")
+    )
+    assert main(["compare", str(path), "--quiet", "--part", part]) == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "Traceback" not in out
+    assert out.startswith("error: methods.trl_dpo: preference.enabled = true: not through TRL")
+    assert not (tmp_path / "out").exists()

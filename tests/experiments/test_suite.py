@@ -77,7 +77,11 @@ def test_a_suite_is_one_experiment_a_task_with_the_tasks_own_settings(tmp_path: 
     ("tasks", "message"),
     [
         ("  sudoku:", r"tasks\.sudoku: not a built-in task"),
-        ("  chain_sum: {budgte: 3}", r"tasks\.chain_sum: a mapping of"),
+        ("  chian_sum:", r"tasks\.chian_sum: not a built-in task.*; did you mean 'chain_sum'\?"),
+        (
+            "  chain_sum: {budgte: 3}",
+            r"tasks\.chain_sum: a mapping of.*; did you mean 'tasks\.chain_sum\.budget'\?",
+        ),
         ("  chain_sum: {budget: -1}", r"tasks\.chain_sum: budget = -1"),
         ("  []", "tasks: a mapping"),
     ],
@@ -250,3 +254,21 @@ def test_every_built_in_task_ships_the_model_built_from_its_own_spec() -> None:
     for name, spec in BUILTIN_TASKS.items():
         build = json.loads((assets / ("tiny-" + name.replace("_", "-")) / "build.json").read_text())
         assert build["task"] == spec, name
+
+
+def test_every_tasks_rows_are_checked_before_the_first_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row that only the second task's settings break used to be found after the first task's
+    runs had trained; a mistyped --tasks name gets the nearest one."""
+    monkeypatch.chdir(ROOT)
+    suite = load_suite(
+        write_suite(tmp_path, "  chain_sum:\n  spell_backward: {set: [replay.capacty=3]}")
+    )
+    with pytest.raises(
+        ConfigError, match=r"tasks\.spell_backward: methods\.on_policy: unknown key"
+    ):
+        run_suite(suite, progress=False)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"tasks = \['chain_summ'\]: .*did you mean 'chain_sum'"):
+        run_suite(suite, progress=False, tasks=["chain_summ"])

@@ -88,3 +88,20 @@ def test_unreadable_files_are_named(tmp_path: Path, policy) -> None:  # type: ig
     (tmp_path / "bad.parquet").write_bytes(b"not parquet")
     with pytest.raises(PreferenceFileError, match="not readable Parquet"):
         file_pairs(tmp_path / "bad.parquet", tokenizer, reference, chat_template="off")
+
+
+def test_a_file_that_is_not_utf8_or_not_a_file_is_named_as_a_config_error(tmp_path: Path) -> None:
+    """Issue #54: the CLI prints its `ConfigError`s as one line; a preference file's errors are
+    one of them, and bytes that are not UTF-8 no longer escape as a UnicodeDecodeError."""
+    from llm_replay.config import ConfigError
+    from llm_replay.preference.files import read_records
+
+    assert issubclass(PreferenceFileError, ConfigError)
+    (tmp_path / "latin.jsonl").write_bytes(
+        b'{"prompt": "1+1=", "chosen": "2", "rejected": "3"}\n\xe9\n'
+    )
+    with pytest.raises(PreferenceFileError, match=r"latin\.jsonl'?: line 2 is not UTF-8"):
+        read_records(tmp_path / "latin.jsonl")
+    (tmp_path / "folder.jsonl").mkdir()
+    with pytest.raises(PreferenceFileError, match=r"folder\.jsonl'?: cannot read it"):
+        read_records(tmp_path / "folder.jsonl")

@@ -1,8 +1,10 @@
 """`llm-replay train | eval | compare | report | presets | methods | losses | fields | inspect |
 rescore | demo`: the terminal front end (the library itself only logs).
 
-Errors a user can fix (bad config, bad dataset row, missing model, broken checkpoint) are printed
-as one line naming the field, with exit status 2 — no traceback.
+Errors a user can fix (bad config, bad dataset row or preference file, missing model, broken
+checkpoint) are printed as one line naming the field, with exit status 2 — no traceback. Each is
+one of `USER_ERRORS` or a subclass (a preference file's error is a `ConfigError`); a mistyped name
+gets the nearest one (`config.parse.did_you_mean`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.table import Table
 from llm_replay import __version__
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.config import ConfigError, load_config
+from llm_replay.config.parse import did_you_mean
 from llm_replay.data.rollout import InvalidRolloutError
 from llm_replay.experiments.comparison_table import comparison_markdown, print_comparison
 from llm_replay.models import ModelLoadError
@@ -43,6 +46,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from llm_replay.runtime.layout import CHECKPOINT_DIR
 
     config = load_config(args.config, args.set)
+    if args.checkpoint and not Path(args.checkpoint).exists():  # before the model loads
+        raise CheckpointError(
+            f"--checkpoint {args.checkpoint}: no such run or checkpoint directory"
+        )
+    if args.json and not Path(args.json).resolve().parent.is_dir():  # before the evaluation runs
+        raise ConfigError(f"--json {args.json}: no directory {Path(args.json).resolve().parent}")
     policy = Policy.load(config)
     if args.checkpoint:
         source = Path(args.checkpoint)
@@ -242,11 +251,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.tokenizer:
         from transformers import AutoTokenizer
 
-        from llm_replay.models.loading import resolve_model_path
+        from llm_replay.models.loading import cannot_load, load_errors, resolve_model_path
 
-        tokenizer = AutoTokenizer.from_pretrained(
-            resolve_model_path(args.tokenizer), local_files_only=True
-        )
+        directory = resolve_model_path(args.tokenizer, field="--tokenizer")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
+        except load_errors() as error:
+            raise cannot_load("--tokenizer", args.tokenizer, error) from None
     shards = sharded_table_dirs(path)
     if shards:  # a sharded Ray table's checkpoint: one report per shard, then the total
         tables = [ReplayTable.read(shard) for shard in shards]
@@ -315,9 +326,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_fields(args: argparse.Namespace) -> int:
     from llm_replay.config.describe import config_fields
 
-    chosen = [f for f in config_fields() if f.name.startswith(args.prefix)]
+    every = config_fields()
+    chosen = [f for f in every if f.name.startswith(args.prefix)]
     if not chosen:
-        raise ConfigError(f"prefix = {args.prefix!r}: no config field starts with it")
+        sections = {f.name.rsplit(".", k)[0] for f in every for k in range(f.name.count(".") + 1)}
+        raise ConfigError(
+            f"prefix = {args.prefix!r}: no config field starts with it"
+            + did_you_mean(args.prefix, sorted(sections))
+        )
     for f in chosen:
         console.print(f"[bold]{f.name}[/] = {f.default!r}  [dim]{f.type}[/]", highlight=False)
         console.print(f"    {escape(f.help)}", highlight=False)

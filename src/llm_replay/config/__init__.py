@@ -25,6 +25,7 @@ from llm_replay.config.parse import (
     check_positive,
     check_registry_knobs,
     deep_copy,
+    did_you_mean,
     field_names,
     parse_override,
     setting,
@@ -190,12 +191,15 @@ class AlgorithmConfig:
     def from_mapping(cls, data: dict[str, Any], prefix: str) -> AlgorithmConfig:
         name = data.get("loss", "grpo")
         if name not in LOSSES:
-            raise ConfigError(f"{prefix}.loss = {name!r}: choose one of {sorted(LOSSES)}")
+            raise ConfigError(
+                f"{prefix}.loss = {name!r}: choose one of {sorted(LOSSES)}"
+                + did_you_mean(name, LOSSES)
+            )
         general = field_names(cls) - {"loss", "loss_settings"}
         knobs = {k: v for k, v in data.items() if k != "loss" and k not in general}
         knobs_of = {n: field_names(c.Config) for n, c in LOSSES.items()}
         check_registry_knobs(
-            prefix, knobs, chosen=name, kind="loss", knobs_of=knobs_of, also=general
+            prefix, knobs, chosen=name, kind="loss", knobs_of=knobs_of, also=general | {"loss"}
         )
         settings = build(LOSSES[name].Config, knobs, prefix)
         general_part: AlgorithmConfig = build(
@@ -263,6 +267,7 @@ class ReplayConfig:
             raise ConfigError(
                 f"{prefix}.method = {name!r}: choose one of {sorted(METHODS)} "
                 f"or a recipe: {sorted(recipes.RECIPES)}"
+                + did_you_mean(name, [*METHODS, *recipes.RECIPES])
             )
         method = METHODS[name]
         init_from = data.get("init_from")
@@ -281,7 +286,12 @@ class ReplayConfig:
         }
         knobs_of = {m: field_names(c.Config) for m, c in METHODS.items()}
         check_registry_knobs(
-            prefix, knobs, chosen=name, kind="method", knobs_of=knobs_of, also=OPTIONS
+            prefix,
+            knobs,
+            chosen=name,
+            kind="method",
+            knobs_of=knobs_of,
+            also=[*OPTIONS, "method", "init_from"],
         )
         settings = build(method.Config, knobs, prefix)
         options: dict[str, OptionConfig] = {}

@@ -19,7 +19,14 @@ from typing import Any
 
 import yaml
 
-from llm_replay.config.parse import ConfigError, load_yaml, merged, yaml_error
+from llm_replay.config.parse import (
+    ConfigError,
+    closest,
+    did_you_mean,
+    load_yaml,
+    merged,
+    yaml_error,
+)
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 MAX_EXTENDS_DEPTH = 32
@@ -66,8 +73,9 @@ def find_config(text: str | Path, beside: Path | None = None, *, what: str = "co
         return as_path
     if as_path.is_dir():
         raise ConfigError(f"{what} {raw!r}: {as_path} is a directory, not a YAML file")
-    stem = Path(raw).stem
-    hint = f"; did you mean the preset {stem!r}?" if preset_path(stem) is not None else ""
+    names = preset_names()
+    near = closest(raw.removesuffix(SUFFIX), names) or closest(Path(raw).stem, names)
+    hint = "" if near is None else f"; did you mean the preset {near!r}?"
     raise ConfigError(
         f"{what} {raw!r}: no preset of that name (`llm-replay presets` lists them) and no file "
         f"{as_path}{hint}"
@@ -132,6 +140,7 @@ class Preset:
         if path is None:
             raise ConfigError(
                 f"preset {name!r}: no such preset; choose one of {', '.join(preset_names())}"
+                + did_you_mean(name, preset_names())
             )
         data = read_mapping(path)
         extends = data.get("extends")

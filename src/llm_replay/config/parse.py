@@ -50,6 +50,21 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_YAML12Loader)
 
 
+def closest(word: object, choices: Iterable[str]) -> str | None:
+    """The choice nearest a mistyped name (`difflib`'s close match), or None when none is near:
+    the one near-miss rule for every name a user types (a config key, a preset, a method, a
+    task, an experiment's row)."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return close[0] if close else None
+
+
+def did_you_mean(word: object, choices: Iterable[str], *, prefix: str = "") -> str:
+    """`; did you mean 'PREFIX+CHOICE'?` for `closest(word, choices)`, or '' when none is near:
+    the tail of a one-line error about a name."""
+    close = closest(word, choices)
+    return "" if close is None else f"; did you mean {prefix + close!r}?"
+
+
 def setting(
     default: Any = None, help: str = "", *, factory: typing.Callable[[], Any] | None = None
 ) -> Any:
@@ -79,8 +94,10 @@ def _type_name(kind: Any) -> str:
 def _convert(key: str, kind: Any, value: Any) -> Any:
     origin = typing.get_origin(kind)
     if origin is Literal:
-        if value not in typing.get_args(kind):
-            raise ConfigError(f"{key} = {value!r}: choose one of {list(typing.get_args(kind))}")
+        choices = list(typing.get_args(kind))
+        if value not in choices:
+            hint = did_you_mean(value, [str(c) for c in choices])
+            raise ConfigError(f"{key} = {value!r}: choose one of {choices}{hint}")
         return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(kind)
@@ -134,11 +151,11 @@ def build(cls: Any, data: dict[str, Any], prefix: str = "") -> Any:
     for key, value in data.items():
         dotted = f"{prefix}.{key}" if prefix else str(key)
         if key not in names:
-            close = difflib.get_close_matches(str(key), names, n=1)
+            close = closest(key, names)
             hint = ""
-            if close:
-                meant = (prefix + "." if prefix else "") + close[0]
-                text = _help_of(cls, close[0])
+            if close is not None:
+                meant = (prefix + "." if prefix else "") + close
+                text = _help_of(cls, close)
                 hint = f"; did you mean {meant!r}" + (f" ({text})?" if text else "?")
             raise ConfigError(f"unknown key {dotted!r}{hint}")
         values[key] = _convert(dotted, hints[key], value)
@@ -174,8 +191,7 @@ def check_registry_knobs(
                 f"(its knobs: {sorted(own) or 'none'})"
             )
         every = sorted(set().union(*knobs_of.values()) | set(also))
-        close = difflib.get_close_matches(str(key), every, n=1)
-        hint = f"; did you mean '{prefix}.{close[0]}'?" if close else ""
+        hint = did_you_mean(key, every, prefix=prefix + ".")
         raise ConfigError(f"unknown key '{prefix}.{key}'{hint}")
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_replay.config.parse import ConfigError, check_positive, setting
+from llm_replay.config.parse import ConfigError, check_positive, did_you_mean, setting
 
 ANNOTATOR_CHOICES = ("verifier", "reward_model", "none")
 REPLAY_CHOICES = ("none", "uniform", "recency", "margin")
@@ -87,12 +87,15 @@ class PreferenceConfig:
             "stale_pairs": ("keep", "evict"),
         }
         for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} = {getattr(self, name)!r}: choose one of {allowed}")
+            value = getattr(self, name)
+            if value not in allowed:
+                hint = did_you_mean(value, allowed)
+                raise ConfigError(f"{name} = {value!r}: choose one of {allowed}{hint}")
         from llm_replay.preference.losses import PAIR_LOSSES
 
         if self.loss not in PAIR_LOSSES:
-            raise ConfigError(f"loss = {self.loss!r}: choose one of {sorted(PAIR_LOSSES)}")
+            hint = did_you_mean(self.loss, PAIR_LOSSES)
+            raise ConfigError(f"loss = {self.loss!r}: choose one of {sorted(PAIR_LOSSES)}{hint}")
         for name in ("annotation_cost", "annotation_budget", "min_margin"):
             check_positive(name, getattr(self, name), zero_ok=True)
         for name in ("timeout_s", "beta", "recency_half_life", "priority_exponent", "is_cap"):

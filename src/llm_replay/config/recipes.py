@@ -217,11 +217,23 @@ def resolve(data: dict[str, Any]) -> dict[str, Any]:
             recipe.name,
             recipe.loss,
             algorithm["loss"],
-            " (its generation settings stay: " + ", ".join(recipe.beyond_replay()) + ")"
-            if recipe.generation
-            else "",
+            _what_changes(recipe, algorithm),
         )
     generation = data.get("generation")
     if recipe.generation and (generation is None or isinstance(generation, dict)):
         out["generation"] = merged(recipe.generation, generation or {}, ("generation",))
     return out
+
+
+def _what_changes(recipe: Recipe, algorithm: dict[str, Any]) -> str:
+    """The tail of the warning for a loss the user named: the token control the run gets in
+    place of the recipe's, and the recipe's generation settings, which stay."""
+    parts = []
+    own = recipe.algorithm.get("token_control", "off")
+    mode = algorithm.get("token_control", "off")
+    if own != "off" and mode != own:
+        parts.append(f"algorithm.token_control = {mode!r}, not the recipe's {own!r}")
+    if recipe.generation:
+        kept = ", ".join(f"generation.{key}" for key in recipe.generation)
+        parts.append(f"its generation settings stay: {kept}")
+    return f" ({'; '.join(parts)})" if parts else ""

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from llm_replay.config.parse import ConfigError, check_positive, setting
+from llm_replay.config.parse import ConfigError, check_positive, did_you_mean, setting
 
 OUTPUTS = ("sigmoid", "logit")
 
@@ -47,7 +47,8 @@ class RewardModelConfig:
         ):
             raise ConfigError(f"device = {self.device!r}: use 'cpu', 'cuda' or 'cuda:N'")
         if self.output not in OUTPUTS:
-            raise ConfigError(f"output = {self.output!r}: choose one of {OUTPUTS}")
+            hint = did_you_mean(self.output, OUTPUTS)
+            raise ConfigError(f"output = {self.output!r}: choose one of {OUTPUTS}{hint}")
         if not math.isfinite(self.success_threshold):
             raise ConfigError(f"success_threshold = {self.success_threshold!r}: must be finite")
         for key in ("batch_size", "max_length", "refresh_rollouts", "refresh_steps"):

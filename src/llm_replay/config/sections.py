@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from llm_replay.config.parse import ConfigError, check_positive, setting
+from llm_replay.config.parse import ConfigError, check_positive, did_you_mean, setting
 from llm_replay.config.prompts import AdaptiveRolloutConfig, PromptSkipConfig
 
 
@@ -90,7 +90,8 @@ class TaskConfig:
 
     def check(self) -> None:
         if self.reward not in REWARDS:
-            raise ConfigError(f"reward = {self.reward!r}: choose one of {REWARDS}")
+            hint = did_you_mean(self.reward, REWARDS)
+            raise ConfigError(f"reward = {self.reward!r}: choose one of {REWARDS}{hint}")
         if self.kind == "dataset" and not self.path:
             raise ConfigError("path = None: kind 'dataset' needs a .jsonl or .parquet file")
         for key in ("train_size", "eval_size"):

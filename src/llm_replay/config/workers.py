@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_replay.buffer.durable import FSYNC_POLICIES
-from llm_replay.config.parse import ConfigError, check_positive, setting
+from llm_replay.config.parse import ConfigError, check_positive, did_you_mean, setting
 
 
 @dataclass
@@ -46,6 +46,7 @@ class WorkersConfig:
         if self.table_fsync is not None and self.table_fsync not in FSYNC_POLICIES:
             raise ConfigError(
                 f"table_fsync = {self.table_fsync!r}: choose one of {FSYNC_POLICIES} or null"
+                + did_you_mean(self.table_fsync, FSYNC_POLICIES)
             )
 
     @property

@@ -4,7 +4,9 @@ An experiment file names the methods (a preset plus overrides each, applied afte
 own `set:`, so a method's override wins), the seeds, the budget on a
 chosen compute basis (`budget_basis`: measured seconds by default, or a cost basis such as `mu_5`),
 how often to evaluate on that basis (so every method is evaluated at the same compute points), the
-baseline and the bases to report compute on. Runs go one after another so they share the machine
+baseline and the bases to report compute on. Every row's config is built and checked (its
+backend's mapping included) before the first run starts, so a row that cannot run is refused by
+name with nothing written. Runs go one after another so they share the machine
 fairly, seed by seed (every method's first seed before any second seed); each writes its own run
 directory (`OUT/METHOD/seed-S`). A method may name its own `seeds` (more for the baseline and the
 best methods) and its own `budget`; `extends: OTHER` marks a method as OTHER run to a larger budget
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_replay.config import ConfigError, load_config
+from llm_replay.config.parse import did_you_mean
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.archive import (
     ArchiveMismatch,
@@ -37,6 +40,7 @@ from llm_replay.experiments.archive import (
     archived_dir,
     restore_run,
 )
+from llm_replay.experiments.envelope import envelope_reading
 from llm_replay.experiments.experiment_file import (
     BACKENDS,
     KEYS,
@@ -60,6 +64,7 @@ __all__ = [
     "METHOD_KEYS",
     "Experiment",
     "Method",
+    "check_methods",
     "experiment_from_mapping",
     "load_experiment",
     "parse_part",
@@ -94,6 +99,15 @@ def run_config(experiment: Experiment, method: Method, seed: int) -> Any:
     return config
 
 
+def check_methods(experiment: Experiment, only: Sequence[str] | None = None) -> None:
+    """Build and check the config of every row (those `only` names, if given) for its first
+    seed, its backend's mapping included: a row that cannot run is refused by name before any
+    run starts, whichever share of the runs (`part`) this process was given."""
+    for method in experiment.methods:
+        if only is None or method.name in only:
+            run_config(experiment, method, experiment.seeds_of(method)[0])
+
+
 def check_trl(config: Any) -> None:
     """Refuse, before anything runs, a config that backend 'trl' cannot run as written."""
     try:
@@ -126,6 +140,8 @@ def run_experiment(
 
     i, n = part
     planned = planned_runs(experiment, only)
+    if runs is None:  # a suite checked every task's rows before its first run
+        check_methods(experiment, only)
     selected = planned[i - 1 :: n] if runs is None else list(runs)
     configs = [(m, s, run_config(experiment, m, s)) for m, s in selected]
     if experiment.archive is not None:  # refuse a stale archive before anything runs
@@ -161,10 +177,12 @@ def planned_runs(
     planned = experiment.planned()
     if only is None:
         return planned
-    unknown = sorted(set(only) - {m.name for m in experiment.methods})
+    names = [m.name for m in experiment.methods]
+    unknown = sorted(set(only) - set(names))
     if unknown or not only:
         raise ConfigError(
-            f"methods = {sorted(only)}: name one or more of {[m.name for m in experiment.methods]}"
+            f"methods = {sorted(only)}: name one or more of {names}"
+            + (did_you_mean(unknown[0], names) if unknown else "")
         )
     return [(m, s) for m, s in planned if m.name in only]
 
@@ -274,6 +292,13 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
         runs = {m: cs for m, cs in runs.items() if cs}
         missing += [f"{run} (its {experiment.baseline} run is not finished)" for run in waiting]
     summary = compare_methods(runs, baseline=experiment.baseline, bases=experiment.all_bases)
+    if experiment.baseline_sweep:  # against on-policy tuned as a user would (issue #53)
+        summary["envelope"] = envelope_reading(
+            runs,
+            baseline=experiment.baseline,
+            sweep=experiment.baseline_sweep,
+            bases=list(dict.fromkeys([*experiment.bases, "mu_5"])),
+        )
     summary["experiment"] = {
         "name": experiment.name,
         "seeds": list(experiment.seeds),

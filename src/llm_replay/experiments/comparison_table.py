@@ -8,6 +8,7 @@ from typing import Any
 
 from rich.table import Table
 
+from llm_replay.experiments import envelope as tuned
 from llm_replay.terminal import console
 
 
@@ -64,7 +65,7 @@ def print_comparison(summary: dict[str, Any]) -> None:
     table.add_column("method")
     columns = ["seeds", "final acc", "Δ acc at equal μ5", "pass@8", "entropy", "tail slope"]
     columns += ["plateau fit", "μ"]
-    for column in (*columns, "age", "y", *bases):
+    for column in (*columns, "age", "y", *bases, *_tuned_head(summary, short=True)):
         table.add_column(column, justify="right")
     for name, m in summary["methods"].items():
         ratios = m["compute_to_target_ratio"]
@@ -87,11 +88,42 @@ def print_comparison(summary: dict[str, Any]) -> None:
                 _ratio_cell(ratios[b], m.get("compute_to_target_ratio_ci95", {}).get(b))
                 for b in bases
             ),
+            *_tuned_cells(summary, name, short=True),
         )
     console.print(table)
     note = plateau_note(summary)
     if note is not None:
         console.print(note, markup=False)
+    if summary.get("envelope"):
+        console.print("\n".join(tuned.note_lines(summary["envelope"])), markup=False)
+
+
+def _tuned_head(summary: dict[str, Any], short: bool = False) -> list[str]:
+    """The columns against tuned on-policy (issue #53), where the experiment declares a sweep."""
+    reading = summary.get("envelope")
+    if not reading:
+        return []
+    basis = tuned.basis_of(reading)
+    head = [f"vs tuned on-policy {basis}", "first member"]
+    return head if short else [*head, f"vs best tuned final {basis}"]
+
+
+def _tuned_cells(summary: dict[str, Any], name: str, short: bool = False) -> list[str]:
+    """The ratio against the sweep's envelope with its interval, the members that reached the
+    baseline's final accuracy first on this method's seeds, and (Markdown) the ratio to the best
+    member's final accuracy."""
+    reading = summary.get("envelope")
+    if not reading:
+        return []
+    entry, basis = reading["methods"].get(name), tuned.basis_of(reading)
+    if entry is None:
+        return ["—"] * len(_tuned_head(summary, short))
+    cells = [
+        _ratio_cell(entry[kind]["ratio"][basis], entry[kind]["ratio_ci95"][basis])
+        for kind in tuned.TARGETS
+    ]
+    cells.insert(1, tuned.leaders_cell(reading, name))
+    return cells[:2] if short else cells
 
 
 def _saturation_cell(method: dict[str, Any]) -> str:
@@ -136,8 +168,9 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
     bases = summary["experiment"]["bases"]
     head = ["method", "seeds", "final acc (min–max)", "Δ acc at equal μ5", "worst Δ vs band"]
     head += ["pass@8", "entropy", "tail slope", "plateau fit", "age", "y"]
-    lines = ["| " + " | ".join([*head, *(f"ratio {b}" for b in bases)]) + " |"]
-    lines.append("|" + "---|" * (len(head) + len(bases)))
+    head += [f"ratio {b}" for b in bases] + _tuned_head(summary)
+    lines = ["| " + " | ".join(head) + " |"]
+    lines.append("|" + "---|" * len(head))
     for name, m in summary["methods"].items():
         acc = m["final_accuracy"]
         pass8 = m.get("pass@8", {})
@@ -161,12 +194,15 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
                 )
                 for b in bases
             ),
+            *_tuned_cells(summary, name),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += reward_model_lines(summary)
     note = plateau_note(summary)
     if note is not None:
         lines.append(f"\n{note}")
+    if summary.get("envelope"):
+        lines += ["", *tuned.note_lines(summary["envelope"])]
     missing = summary["experiment"].get("unfinished_runs") or []
     if missing:
         lines.append(f"\nNot finished yet ({len(missing)}): " + ", ".join(missing))

@@ -13,6 +13,7 @@ from typing import Any
 
 from llm_replay.config import ConfigError
 from llm_replay.config.files import find_config, preset_path, read_mapping
+from llm_replay.config.parse import did_you_mean
 
 BACKENDS = ("native", "trl")  # trl: through ReplayGRPOTrainer (llm_replay.integrations.trl)
 
@@ -43,6 +44,8 @@ class Experiment:
     overrides: tuple[str, ...] = ()
     archive: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # on-policy tuned one knob at a time, the baseline first (issue #53, `envelope.py`); () = none
+    baseline_sweep: tuple[str, ...] = ()
 
     def run_dir(self, method: str, seed: int) -> Path:
         return self.out / method / f"seed-{seed}"
@@ -82,6 +85,7 @@ KEYS = {
     "set",
     "quick",
     "archive",
+    "baseline_sweep",
 }
 
 
@@ -102,19 +106,26 @@ def experiment_from_mapping(
     """An experiment from its file's mapping (`path` names it in errors, and preset paths are
     found beside it)."""
     data = dict(data)
-    unknown = set(data) - KEYS
+    unknown = sorted(set(data) - KEYS, key=str)
     if unknown:
-        raise ConfigError(f"{path}: unknown key(s) {sorted(unknown)}; expected {sorted(KEYS)}")
+        raise ConfigError(
+            f"{path}: unknown key(s) {unknown}; expected {sorted(KEYS)}"
+            + did_you_mean(unknown[0], KEYS)
+        )
     quick_part = data.pop("quick", {}) or {}
+    declared = list(data.get("methods") or {})  # before `quick` chooses among them
     full_budget = data.get("budget")
     if quick:
         chosen = quick_part.get("methods")
         data = {**data, **{k: v for k, v in quick_part.items() if k not in ("methods", "set")}}
         data["set"] = [*data.get("set", []), *quick_part.get("set", [])]
         if chosen is not None:
-            missing = set(chosen) - set(data["methods"])
+            missing = sorted(set(chosen) - set(data["methods"]), key=str)
             if missing:
-                raise ConfigError(f"quick.methods: {sorted(missing)} are not among methods")
+                raise ConfigError(
+                    f"quick.methods: {missing} are not among methods"
+                    + did_you_mean(missing[0], data["methods"])
+                )
             data["methods"] = {k: v for k, v in data["methods"].items() if k in chosen}
     methods = []
     for name, spec in (data.get("methods") or {}).items():
@@ -122,15 +133,19 @@ def experiment_from_mapping(
             raise ConfigError(
                 f"methods.{name}: expected a mapping with 'config' (and optional 'set', 'backend')"
             )
-        unknown_spec = set(spec) - METHOD_KEYS
+        unknown_spec = sorted(set(spec) - METHOD_KEYS, key=str)
         if unknown_spec:
             raise ConfigError(
-                f"methods.{name}: unknown key(s) {sorted(unknown_spec)}; "
+                f"methods.{name}: unknown key(s) {unknown_spec}; "
                 f"expected {', '.join(sorted(METHOD_KEYS))}"
+                + did_you_mean(unknown_spec[0], METHOD_KEYS, prefix=f"methods.{name}.")
             )
         backend = str(spec.get("backend", "native"))
         if backend not in BACKENDS:
-            raise ConfigError(f"methods.{name}.backend = {backend!r}: choose one of {BACKENDS}")
+            raise ConfigError(
+                f"methods.{name}.backend = {backend!r}: choose one of {BACKENDS}"
+                + did_you_mean(backend, BACKENDS)
+            )
         own_seeds = spec.get("seeds")
         if own_seeds is not None:
             _check_seeds(f"methods.{name}.seeds", own_seeds)
@@ -160,8 +175,11 @@ def experiment_from_mapping(
     seeds = data.get("seeds", [0])
     _check_seeds("seeds", seeds)
     baseline = data.get("baseline", methods[0].name)
-    if baseline not in {m.name for m in methods}:
-        raise ConfigError(f"baseline = {baseline!r}: not among the methods")
+    names = [m.name for m in methods]
+    if baseline not in names:
+        raise ConfigError(
+            f"baseline = {baseline!r}: not among the methods" + did_you_mean(baseline, names)
+        )
     unpaired = _unpaired(methods, seeds, baseline)
     if unpaired:
         name, unpaired_seeds = unpaired
@@ -186,6 +204,7 @@ def experiment_from_mapping(
         mu_curve=tuple(float(m) for m in data.get("mu_curve", (0.5, 1, 2, 5, 10))),
         overrides=tuple(data.get("set", [])),
         archive=None if archive is None or quick else Path(archive),
+        baseline_sweep=_baseline_sweep(data, declared, methods, seeds, baseline),
     )
 
 
@@ -195,7 +214,9 @@ def with_baseline(experiment: Experiment, name: str) -> Experiment:
     `llm-replay report --baseline` writes that reading to `OUT/against_NAME/`."""
     names = [m.name for m in experiment.methods]
     if name not in names:
-        raise ConfigError(f"baseline = {name!r}: not among the methods {names}")
+        raise ConfigError(
+            f"baseline = {name!r}: not among the methods {names}" + did_you_mean(name, names)
+        )
     unpaired = _unpaired(list(experiment.methods), list(experiment.seeds), name)
     if unpaired:
         method, missing = unpaired
@@ -218,6 +239,38 @@ def _unpaired(
     return None
 
 
+def _baseline_sweep(
+    data: dict[str, Any],
+    declared: list[str],
+    methods: list[Method],
+    seeds: list[int],
+    baseline: str,
+) -> tuple[str, ...]:
+    """`baseline_sweep:`, the methods that are on-policy tuned one knob at a time, as read against
+    (issue #53, `envelope.py`): the baseline first, then each listed member that runs (a quick run
+    may leave some out); every member runs every seed the baseline does. () without the key."""
+    listed = data.get("baseline_sweep")
+    if listed is None:
+        return ()
+    if not isinstance(listed, list) or not listed or not all(isinstance(n, str) for n in listed):
+        raise ConfigError(f"baseline_sweep = {listed!r}: must be a non-empty list of method names")
+    for name in listed:
+        if name not in declared:
+            raise ConfigError(
+                f"baseline_sweep: {name!r} is not among the methods" + did_you_mean(name, declared)
+            )
+    by_name = {m.name: m for m in methods}
+    base = set(by_name[baseline].seeds or seeds)
+    for name in listed:
+        missing = sorted(base - set(by_name[name].seeds or seeds)) if name in by_name else []
+        if missing:
+            raise ConfigError(
+                f"baseline_sweep: methods.{name} does not run the baseline's seed(s) {missing} "
+                "(the envelope is read seed by seed)"
+            )
+    return tuple(n for n in dict.fromkeys([baseline, *listed]) if n in by_name)
+
+
 def _check_positive(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ConfigError(f"{key} = {value!r}: must be a number > 0")
@@ -234,7 +287,10 @@ def _check_extensions(methods: list[Method], seeds: list[int], budget: float) ->
         key = f"methods.{m.name}.extends"
         base = by_name.get(m.extends)
         if base is None or base is m:
-            raise ConfigError(f"{key} = {m.extends!r}: must name another method")
+            others = [n for n in by_name if n != m.name]
+            raise ConfigError(
+                f"{key} = {m.extends!r}: must name another method" + did_you_mean(m.extends, others)
+            )
         if base.extends is not None:
             raise ConfigError(f"{key} = {m.extends!r}: which extends another method itself")
         if (base.config, base.overrides, base.backend) != (m.config, m.overrides, m.backend):

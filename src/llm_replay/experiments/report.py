@@ -295,6 +295,11 @@ def plot_experiment(
     _save(fig, out / "ratio_vs_mu.png", paths)
     paths.append(plot_replay_dynamics(experiment.name, runs, styles, out / "replay_dynamics.png"))
     paths.append(plot_delta(experiment.name, runs, summary["baseline"], styles, out))
+    if summary.get("envelope"):  # a baseline sweep: against tuned on-policy (issue #53)
+        from llm_replay.experiments.envelope_plot import plot_envelope
+
+        envelope = out / "envelope_vs_compute.png"
+        paths.append(plot_envelope(experiment.name, runs, summary["envelope"], styles, envelope))
     controller = plot_controller(experiment.name, runs, styles, out / "controller.png")
     if controller is not None:
         paths.append(controller)

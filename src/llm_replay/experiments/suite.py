@@ -35,7 +35,9 @@ from typing import Any
 import numpy as np
 
 from llm_replay.config import ConfigError
-from llm_replay.experiments.compare import planned_runs, run_experiment, summarise
+from llm_replay.config.parse import did_you_mean
+from llm_replay.experiments import envelope, envelope_plot
+from llm_replay.experiments.compare import check_methods, planned_runs, run_experiment, summarise
 from llm_replay.experiments.experiment_file import (
     Experiment,
     Method,
@@ -102,10 +104,17 @@ def load_suite(path: str | Path, *, quick: bool = False, out: str | None = None)
     for task, spec in tasks.items():
         key = f"tasks.{task}"
         if task not in BUILTIN_TASKS:
-            raise ConfigError(f"{key}: not a built-in task; choose from {sorted(BUILTIN_TASKS)}")
+            raise ConfigError(
+                f"{key}: not a built-in task; choose from {sorted(BUILTIN_TASKS)}"
+                + did_you_mean(task, BUILTIN_TASKS)
+            )
         spec = {} if spec is None else spec
         if not isinstance(spec, dict) or set(spec) - TASK_KEYS:
-            raise ConfigError(f"{key}: a mapping of {sorted(TASK_KEYS)}, got {spec!r}")
+            unknown = sorted(set(spec) - TASK_KEYS, key=str) if isinstance(spec, dict) else []
+            raise ConfigError(
+                f"{key}: a mapping of {sorted(TASK_KEYS)}, got {spec!r}"
+                + (did_you_mean(unknown[0], TASK_KEYS, prefix=f"{key}.") if unknown else "")
+            )
         own = dict(data)
         own.update({k: v for k, v in spec.items() if k != "set"})
         own["name"] = f"{name}-{task}"
@@ -132,7 +141,10 @@ def run_suite(
     `part`-wise across the tasks."""
     unknown = sorted(set(tasks or ()) - set(suite.tasks))
     if unknown:
-        raise ConfigError(f"tasks = {unknown}: not in the suite; choose from {list(suite.tasks)}")
+        raise ConfigError(
+            f"tasks = {unknown}: not in the suite; choose from {list(suite.tasks)}"
+            + did_you_mean(unknown[0], suite.tasks)
+        )
     i, n = part
     planned: list[tuple[str, Method, int]] = [
         (task, method, seed)
@@ -141,6 +153,11 @@ def run_suite(
         for method, seed in planned_runs(experiment, only)
     ]
     share = planned[i - 1 :: n]
+    for task in dict.fromkeys(t for t, _, _ in planned):  # every row first, before any run
+        try:
+            check_methods(suite.tasks[task], only)
+        except ConfigError as error:
+            raise ConfigError(f"tasks.{task}: {error}") from None
     for task, experiment in suite.tasks.items():
         runs = [(method, seed) for t, method, seed in share if t == task]
         if runs:
@@ -171,6 +188,7 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite_summary.json").write_text(json.dumps(reading, indent=1) + "\n")
     reading["plots"] = [str(p) for p in plot_suite(suite, summaries, out)]
+    reading["plots"] += [str(p) for p in envelope_plot.plot_suite_envelope(suite, summaries, out)]
     if floor is not None:
         reading["plots"].append(str(plot_noise_floor(floor, out / "suite_noise_floor.png")))
     return reading
@@ -246,6 +264,7 @@ def suite_summary(
             if method in summary["methods"]
         }
         out["methods"][method] = {"tasks": rows, "across": across_tasks(rows)}
+    envelope.add_to_suite(out, summaries)  # against tuned on-policy, where a sweep is declared
     return out
 
 
@@ -397,6 +416,7 @@ def suite_markdown(reading: dict[str, Any]) -> str:
                 f"{_num(r['entropy'])}{' (below)' if r['entropy_kept'] is False else ''} | "
                 f"{_num(r['pass'])}{' (below)' if r['pass_kept'] is False else ''} |"
             )
+    lines += envelope.suite_lines(reading)
     if reading.get("noise_floor"):
         lines += ["", noise_floor_markdown(reading["noise_floor"])]
     return "\n".join(lines)

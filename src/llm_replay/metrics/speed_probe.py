@@ -75,9 +75,7 @@ class SpeedProbe:
         return statistics.median(self.samples) if self.samples else None
 
 
-def seconds_verdict(
-    probes: dict[str, list[float]], tolerance: float = TOLERANCE
-) -> dict[str, Any]:
+def seconds_verdict(probes: dict[str, list[float]], tolerance: float = TOLERANCE) -> dict[str, Any]:
     """Whether runs' measured seconds are comparable: the slowest run's median probe time over
     the fastest's, against `tolerance`. `probes`: each run's probe timings in seconds."""
     if not tolerance >= 1:

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from llm_replay.config.parse import did_you_mean
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 BUILTIN = "builtin:"
 
@@ -30,7 +32,10 @@ def resolve_model_path(path: str, field: str = "model.path") -> Path:
             shipped = (
                 sorted(p.name for p in ASSETS.iterdir() if p.is_dir()) if ASSETS.is_dir() else []
             )
-            raise ModelLoadError(f"{field} = {path!r}: no built-in model {name!r} (have {shipped})")
+            raise ModelLoadError(
+                f"{field} = {path!r}: no built-in model {name!r} (have {shipped})"
+                + did_you_mean(name, shipped, prefix=BUILTIN)
+            )
         return resolved
     resolved = Path(path).expanduser()
     if not resolved.is_dir():

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.config.parse import ConfigError
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.data.rollout import ANNOTATORS
 from llm_replay.models import encode_prompts
@@ -28,8 +29,9 @@ FILE_PAIR_IDS = 1 << 40
 """Group ids of a file's pairs start here, clear of the run's own pairs' ids."""
 
 
-class PreferenceFileError(ValueError):
-    """A preference file that cannot be used; the message names the file, record and field."""
+class PreferenceFileError(ConfigError):
+    """A preference file that cannot be used; the message names the file, record and field. A
+    `ConfigError` (the file is `preference.file`'s value), so the CLI prints it as one line."""
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -48,7 +50,15 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         label = "row"
     elif path.suffix in (".jsonl", ".json"):
         records = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        raw = _read_bytes(path, where)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            number = raw[: error.start].count(b"\n") + 1
+            raise PreferenceFileError(
+                f"{where} = {str(path)!r}: line {number} is not UTF-8 text"
+            ) from None
+        for number, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
@@ -75,6 +85,15 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if record["chosen"] == record["rejected"]:
             raise PreferenceFileError(f"{at}: field 'rejected' equals 'chosen' (no preference)")
     return records
+
+
+def _read_bytes(path: Path, where: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:  # gone since the config was checked, a directory, no permission
+        raise PreferenceFileError(
+            f"{where} = {str(path)!r}: cannot read it ({error.strerror or error})"
+        ) from None
 
 
 def file_pairs(

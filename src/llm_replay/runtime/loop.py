@@ -154,8 +154,7 @@ class RunRecords(ABC):
         return record
 
     def _prepare(self, resume: bool) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume:
+        if resume:  # a run directory with no checkpoint is refused before anything is written
             try:
                 self.load_checkpoint()
             except CheckpointError:
@@ -167,6 +166,7 @@ class RunRecords(ABC):
                 ) from None
         elif (self.run_dir / METRICS_FILE).exists():
             (self.run_dir / METRICS_FILE).unlink()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / CONFIG_FILE).write_text(
             yaml.safe_dump(self.config.to_dict(), sort_keys=False)
         )

@@ -15,6 +15,7 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
+from llm_replay.config.parse import did_you_mean
 from llm_replay.tasks.base import Problem, SplitTask, TaskError
 from llm_replay.tasks.split import fill_split
 
@@ -50,6 +51,12 @@ class ReasoningGymTask(SplitTask):
         self._template = prompt_template
         self._strip = strip_spaces
         params = dict(params or {})
+        registered = getattr(getattr(reasoning_gym, "factory", None), "DATASETS", None)
+        if isinstance(registered, dict) and dataset not in registered:
+            raise TaskError(
+                f"task.dataset = {dataset!r}: no reasoning-gym dataset of that name"
+                + did_you_mean(dataset, registered)
+            )
         try:
             self._scorer = reasoning_gym.create_dataset(dataset, size=1, seed=seed, **params)
             streams = {

@@ -42,13 +42,22 @@ from llm_replay.runtime.loop import RunRecords
 from llm_replay.tasks import SafeScorer, build_scorer, build_verifier
 
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
+PREFERENCE_REFUSED = (
+    "preference.enabled = true: not through TRL. TRL's online DPO trainer "
+    "(trl.experimental.online_dpo) pairs, scores and takes its reference log-probs inside one "
+    "training_step, with no seam to record or inject pairs short of copying it; run preference "
+    "replay in our loop (backend: native)"
+)
 
 
 def trl_arguments(
     config: Config, output_dir: Path, *, correct_threshold: float = 1.0
 ) -> ReplayGRPOConfig:
-    """The `ReplayGRPOConfig` equivalent of one of our run configs (module docstring's table)."""
+    """The `ReplayGRPOConfig` equivalent of one of our run configs (module docstring's table);
+    a `ConfigError` naming the setting TRL cannot run, before anything is loaded."""
     a, g, o, t = config.algorithm, config.generation, config.optim, config.train
+    if config.preference.enabled:
+        raise ConfigError(PREFERENCE_REFUSED)
     loss = a.build_loss()
     if loss.trl_loss is None:
         runs = sorted(n for n, c in LOSSES.items() if c.trl_loss is not None)
@@ -135,12 +144,7 @@ class TRLRun(RunRecords):
         from datasets import Dataset
 
         if config.preference.enabled:
-            raise ValueError(
-                "preference.enabled = true: not through TRL. TRL's online DPO trainer "
-                "(trl.experimental.online_dpo) pairs, scores and takes its reference log-probs "
-                "inside one training_step, with no seam to record or inject pairs short of "
-                "copying it; run preference replay in our loop (backend: native)"
-            )
+            raise ConfigError(PREFERENCE_REFUSED)
         self._init_loop(config, None)
         self.policy = Policy.load(config)
         self.scorer = build_scorer(config, self.policy.task)
