@@ -159,3 +159,21 @@ def test_threads_from_the_environment_are_checked_when_a_table_is_made(
     table.insert(make_batch(np.random.default_rng(0), 8))
     assert table.sample(4).input_ids.shape[0] == 4
     assert gather_threads() == 1
+
+
+def test_warm_compiles_every_signature_a_table_uses(restore_backend: None) -> None:
+    """`kernels.warm` (called when a run is built) leaves nothing to compile for the first insert
+    and draw, so the first training step a run times does not pay numba's start."""
+    set_gather_backend("auto")
+    assert kernels_module.warm()
+    kernels = kernels_module.compiled()
+    assert kernels is not None
+    names = ("shares", "scatter", "count", "gather_rows")
+    warmed = {name: len(getattr(kernels, name).signatures) for name in names}
+    rng = np.random.default_rng(0)
+    table = ReplayTable(300, seed=0)
+    table.insert(make_batch(rng, 64, first_group=0, completion=(1, 30)))
+    table.sample(16)
+    assert {name: len(getattr(kernels, name).signatures) for name in names} == warmed
+    set_gather_backend("numpy")
+    assert not kernels_module.warm()

@@ -167,3 +167,21 @@ def test_rng_must_live_on_the_models_device(policy) -> None:  # type: ignore[no-
     a = gen.generate([[3]], 4, SamplingParams(max_new_tokens=4), rng=gen.seeded_rng(7))
     b = gen.generate([[3]], 4, SamplingParams(max_new_tokens=4), rng=gen.seeded_rng(7))
     assert np.array_equal(a.completion_ids, b.completion_ids)
+
+
+def test_steps_count_the_models_forward_passes(policy) -> None:  # type: ignore[no-untyped-def]
+    """`steps` is what the meter's `generation_steps` charges: the prefill plus one forward per
+    position decoded after the first, however few rows the batch has."""
+    model, tok = policy
+    generator = make(policy)
+    calls = []
+    forward = model.forward
+    model.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    try:
+        for n, max_new in ((4, 5), (1, 1), (2, 8)):
+            calls.clear()
+            out = generator.generate(encode_prompts(tok, PROMPTS), n, SamplingParams(max_new))
+            assert out.steps == len(calls) >= 1
+            assert out.steps == int(out.completion_lengths.max())  # the batch runs to its longest
+    finally:
+        del model.forward

@@ -53,6 +53,20 @@ def test_meter_mu_flops_and_cost() -> None:
     assert ComputeMeter().mu is None
 
 
+def test_generation_steps_are_counted_and_charged_on_no_basis() -> None:
+    meter = ComputeMeter()
+    meter.add(tokens_generated=100, completion_tokens_trained=50, rollouts_generated=10)
+    before = {b: cost_on_basis(b, meter.metrics()) for b in ("mu_5", "rollouts", "measured")}
+    meter.add(generation_steps=7)
+    assert meter.metrics()["compute/generation_steps"] == 7.0
+    assert {b: cost_on_basis(b, meter.metrics()) for b in before} == before
+    state = meter.state_dict()
+    del state["counts"]["generation_steps"]  # a checkpoint written before the counter existed
+    clone = ComputeMeter()
+    clone.load_state_dict(state)
+    assert clone.counts["generation_steps"] == 0
+
+
 def test_meter_times_roles_with_its_clock(monkeypatch: pytest.MonkeyPatch) -> None:
     readings = iter([10.0, 12.5, 20.0, 20.25])
     monkeypatch.setattr(

@@ -128,6 +128,33 @@ def gather_rows(*args: Any) -> None:
         kernels.gather_rows(*args)
 
 
+def warm() -> bool:
+    """Load (or compile) every serial kernel now, with the argument types the buffer calls them
+    with, so that a run pays numba's start (about a second here: importing numba, starting LLVM,
+    reading the on-disk cache) while it is built, as it pays loading the model, and not inside
+    the first training step it times (issue #53). True when the compiled kernels are in use."""
+    kernels = compiled()
+    if kernels is None:
+        return False
+    i32, i64 = np.int32, np.int64
+    lengths, offsets = np.ones(2, i64), np.array([0, 1], i64)
+    shares = np.zeros(2, np.bool_)
+    block = np.zeros(6, i32)  # an arena slice
+    for frozen in (True, False):  # a `RolloutBatch`'s arrays are read-only, numba types them apart
+        group_ids, tokens = np.zeros(2, i64), np.ones(2, i32)
+        group_ids.flags.writeable = tokens.flags.writeable = not frozen
+        kernels.shares(group_ids, lengths, tokens, shares)  # layout.shares_previous_prompt
+        kernels.scatter(block, shares, lengths, lengths, tokens, tokens, tokens)  # scatter_rows
+    kernels.count(np.zeros(2, i32), offsets)  # gather.increment: times_sampled
+    ids, bits = np.empty((2, 2), i32), np.empty((2, 2), i32)  # PinnedRows.gather
+    attention, loss = np.empty((2, 2), np.bool_), np.empty((2, 2), np.bool_)
+    p_len = np.ones(2, i32)
+    kernels.gather_rows(
+        block, offsets * 3, offsets * 3 + 1, p_len, p_len, 0, ids, bits, attention, loss
+    )
+    return True
+
+
 def compiled() -> Kernels | None:
     """The compiled kernels, or None where the numpy paths are to be used."""
     if _backend == "numpy":

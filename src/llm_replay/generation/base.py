@@ -47,6 +47,9 @@ class Generation:
 
     completion_ids / behaviour_logprobs / entropies: flat, `completion_lengths` per row.
     entropies: entropy of the sampling distribution at each generated position (nats).
+    steps: the model's batched forward passes this call ran (the prefill and one a decoded
+    position after it): the sequential work, which a small batch pays as much of as a large one
+    (0 where a backend does not say).
     """
 
     prompt_index: npt.NDArray[np.int64]
@@ -58,6 +61,7 @@ class Generation:
     policy_version: int
     prompt_tokens: int
     padded_tokens: int
+    steps: int = 0
 
     def __len__(self) -> int:
         return len(self.completion_lengths)

@@ -6,7 +6,8 @@ of each sampled token is read from the very distribution it was drawn from
 (`distribution.sampling_logprobs`, which the learner calls too), and the RNG is an explicit
 `torch.Generator` on the model's device (seeded, saved in checkpoints). A row that emits EOS stops: later
 positions are padding, not part of its completion. The batch runs until its longest completion
-ends, as batched generation does, and `padded_tokens` counts what that costs.
+ends, as batched generation does, and `padded_tokens` counts what that costs; `steps` counts its
+forward passes (one per position generated: the prefill samples the first).
 
 The KV cache is passed under the name the model's `forward` takes: `cache` from transformers 5.24
 on, `past_key_values` before (verl's environment pins 5.10), so neither warns nor breaks.
@@ -129,4 +130,5 @@ class HFGenerator:
             policy_version=self.policy_version,
             prompt_tokens=int(sum(len(r) for r in rows)),
             padded_tokens=int(n_rows * (width + generated)),
+            steps=generated,  # the prefill, then a forward per position but the last
         )

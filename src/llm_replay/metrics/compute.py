@@ -6,6 +6,12 @@ training and is not counted. FLOPs use the usual dense-transformer estimate: 2·
 forward pass, 6·P per token for forward + backward (P = parameters; attention terms ignored, which
 undercounts long contexts). μ is generation cost per rollout generated (generation + scoring)
 divided by training cost per rollout trained on, as measured here.
+
+`generation_steps` counts the generator's batched forward passes (a prefill, then one per
+position decoded). No basis charges it: the μ bases charge generated tokens, which is what a
+step costs when batches are full, while a batch of few rows (adaptive rollouts' later stages)
+pays a step's fixed cost, latency on a GPU, for fewer tokens. Issue #53 measured that share; the
+counter lets a basis or a report charge it without changing what `mu_X` means.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ COUNTS = (
     "gradient_steps",
     "annotations",
     "annotation_failures",
+    "generation_steps",
 )
 
 

@@ -4,7 +4,8 @@ Budgets are counts (the μ = 5 basis), so a run's steps do not depend on the mac
 its measured seconds do: the demo runs its two trainings one after the other, and on a machine
 shared with other work one of them can see ten times the load of the other (it printed 0.50× on
 the μ = 5 basis and 5.57× in measured seconds). A run's own seconds cannot tell load from cost
-(`auto`'s adaptive rollouts and KL-Cov really do spend more per token), so a `SpeedProbe` times
+(`auto`'s adaptive rollouts really do spend more per generated token: each of their small
+stages pays a forward's fixed cost, `compute/generation_steps`), so a `SpeedProbe` times
 a fixed piece of work, the same in every run, every few seconds on a thread beside the run; the
 median of those timings is the machine's speed during the run, and `seconds_verdict` says whether
 two runs saw the same machine. The probe costs well under 1% of a core (a few milliseconds every

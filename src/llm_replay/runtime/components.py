@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from llm_replay.buffer.kernels import warm as warm_kernels
 from llm_replay.config import Config
 from llm_replay.evaluation import Evaluator
 from llm_replay.generation import HFGenerator, SamplingParams
@@ -176,6 +177,7 @@ def build_learner_parts(
     maker = policy.rollout_maker(generator) if generates else None
     verifier = maker.scorer if maker and isinstance(maker.scorer, SafeScorer) else None
     evaluator = policy.evaluator(generator, scorer=verifier)
+    warm_kernels()  # numba's start is paid here, not in the first training step it times
     return LearnerParts(policy, learner, generator, evaluator, build_replay(config), maker)
 
 

@@ -148,6 +148,7 @@ class RolloutMaker:
             tokens_generated=int(out.completion_lengths.sum()),
             prompt_tokens=out.prompt_tokens,
             padded_generation_tokens=out.padded_tokens,
+            generation_steps=out.steps,
             reward_calls=len(texts),
             reward_model_tokens=self.scorer.model_tokens - model_tokens,
         )
