@@ -61,6 +61,7 @@ from llm_replay.integrations.verl.observer import (
 from llm_replay.integrations.verl.settings import (
     SamplerSettings,
     lookup,
+    measured_mu_problems,
     run_length,
     startup_problems,
     verl_root,
@@ -82,7 +83,6 @@ from llm_replay.integrations.verl.trajectories import (
 from llm_replay.methods.host import (
     ReplayHost,
     RunShape,
-    reads_measured_mu,
     replays_stored_rows,
 )
 from llm_replay.metrics.compute import ComputeMeter
@@ -164,22 +164,16 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
         self.checkpoint_dir = None if directory is None else Path(str(directory))
         self.measures_mu = trainer_mode == SYNC
-        if not self.measures_mu and reads_measured_mu(replay.method, replay.settings):
-            raise ValueError(
-                f"sampler_kwargs.mu: method {replay.method!r} decides from the measured μ, and "
-                f"in verl's {trainer_mode} mode generation overlaps training, so the trainer "
-                "cannot measure it; give the μ to plan for (generation cost per rollout ÷ "
-                "training cost per row on your hardware)"
-            )
+        mode_problems = measured_mu_problems(trainer_mode, replay.method, replay.settings)
+        if mode_problems:
+            raise ValueError("; ".join(mode_problems))
         if max_off_policy_threshold is not None and self.replays:
             log.info(
                 "llm-replay sampler: verl's max_off_policy_threshold (%s, %s) %s; replayed rows "
                 "age as the method's own knobs say (max_age where it has one)",
                 max_off_policy_threshold,
                 max_off_policy_strategy,
-                "is a no-op in sync mode"
-                if trainer_mode == SYNC
-                else "bounds a fresh group's age when first trained",
+                "is a no-op in sync mode" if self.measures_mu else "bounds first-trained age",
             )
         self.behaviour_statistics = bool(lookup(root, "algorithm.rollout_correction.bypass_mode"))
         self.token_mean_entropy = entropy_is_token_mean(root)

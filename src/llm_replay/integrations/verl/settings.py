@@ -19,7 +19,7 @@ from llm_replay.config.recipes import RECIPES
 from llm_replay.integrations.verl.startup import PREFIX
 from llm_replay.integrations.verl.startup import lookup as lookup  # re-exported for sampler.py
 from llm_replay.integrations.verl.startup import startup_problems as startup_problems
-from llm_replay.methods.host import follows_progress
+from llm_replay.methods.host import follows_progress, reads_measured_mu
 
 SAMPLER_KEYS = (
     "correct_threshold",
@@ -156,3 +156,16 @@ def run_length(root: Any, updates_per_step: int = 1) -> int | None:
 
 def _plain_int(value: Any) -> int | None:
     return None if value is None or isinstance(value, bool) else int(value)
+
+
+def measured_mu_problems(trainer_mode: str, method: str, settings: Any) -> list[str]:
+    """A method that decides from the measured μ needs verl's sync mode, where a step waits for
+    its own rollouts; in the async modes generation overlaps training and nothing measures it."""
+    if trainer_mode == "sync" or not reads_measured_mu(method, settings):
+        return []
+    return [
+        f"sampler_kwargs.mu: method {method!r} decides from the measured μ, and in verl's "
+        f"{trainer_mode} mode generation overlaps training, so the trainer cannot measure it; "
+        "give the μ to plan for (generation cost per rollout ÷ training cost per row on your "
+        "hardware)"
+    ]
