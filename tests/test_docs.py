@@ -85,3 +85,24 @@ def test_the_readme_stays_short_and_points_into_the_site() -> None:
     assert len(text.splitlines()) <= 200
     for target in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / target).is_file(), target
+
+
+def test_the_layout_page_names_every_module_and_only_files_that_exist() -> None:
+    """docs/layout.md is the map of the tree: every module under src/llm_replay is named on it
+    (by its name, as a word), and every `NAME.py` it names exists in the repository."""
+    text = (ROOT / "docs" / "layout.md").read_text()
+    package = ROOT / "src" / "llm_replay"
+    modules = [
+        p.relative_to(package)
+        for p in package.rglob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    ]
+    unnamed = [str(p) for p in modules if not re.search(rf"\b{re.escape(p.stem)}\b", text)]
+    assert not unnamed, f"docs/layout.md does not name {unnamed}"
+    present = {
+        p.name
+        for folder in ("src", "benchmarks", "examples", "scripts", "tests")
+        for p in (ROOT / folder).rglob("*.py")
+    }
+    named = {f"{stem}.py" for stem in re.findall(r"([A-Za-z_]\w*)\.py\b", text)}
+    assert not named - present, f"docs/layout.md names files that do not exist: {named - present}"

@@ -14,8 +14,10 @@ the recipe's own.
   built-in tasks"): `positive_schedule` with KL-Cov on the reused rows' top 5% tokens by
   covariance (arXiv 2505.22617) and AR3PO's adaptive rollouts (arXiv 2509.25808). On chain_sum
   and spell_backward it reaches on-policy GRPO's final accuracy with 0.25× and 0.46× of its μ = 5
-  compute and keeps its entropy and pass@8; on the six-task suite it never needs more than 0.97×
-  of it (median 0.52×). It runs in the sync loop, the threaded and Ray runtimes and TRL. verl's
+  compute and keeps its entropy and pass@8; on the suite's four gain tasks at ten seeds its
+  median is 0.49× and no task's median is above 0.92× (single seeds are, docs/RESULTS.md). Read
+  against a tuned on-policy it saves less (issue #53, in progress). It runs in the sync loop, the
+  threaded and Ray runtimes and TRL. verl's
   trainer can run neither of its two additions, so verl refuses it by name and points to
   `positive_schedule` (`Recipe.beyond_replay`).
 - `positive_schedule`, the default of issue #28 (`auto` until #38): positive-biased replay with
@@ -140,7 +142,7 @@ AUTO = Recipe(
     ),
     evidence=(
         "docs/RESULTS.md, issue #38: 0.25x and 0.46x of on-policy's compute on chain_sum and "
-        "spell_backward, on-policy's entropy and pass@8 kept; never above 0.97x on the suite"
+        "spell_backward, on-policy's entropy and pass@8 kept; suite median 0.49x at ten seeds"
     ),
     replay=copy.deepcopy(POSITIVE_SCHEDULE.replay),
     algorithm={
