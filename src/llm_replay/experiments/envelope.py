@@ -48,6 +48,14 @@ from llm_replay.experiments.analysis import (
     median_or_none,
     on_grid,
 )
+from llm_replay.experiments.suite_stats import (
+    BASIS,
+    MEDIAN_RATIO_GOAL,
+    median_across_uncertainty,
+)
+from llm_replay.experiments.suite_stats import interval_text as _interval
+from llm_replay.experiments.suite_stats import ratio_text as _x
+from llm_replay.experiments.suite_stats import share_text as _share
 
 AXIS = "mu_5"
 GRID_POINTS = 80
@@ -345,8 +353,6 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
     digest (`tasks.TASK.envelope`), each method's ratios on it (`methods.M.tasks.TASK.vs_tuned`)
     and across the tasks the baseline gains on (`methods.M.across.vs_tuned`), as the plain ratios
     are read across tasks (never reached as infinite; a bootstrap over each task's seeds)."""
-    from llm_replay.experiments.suite import BASIS, median_across_uncertainty
-
     for task, summary in summaries.items():
         envelope = summary.get("envelope")
         if not envelope:
@@ -377,8 +383,6 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
 def suite_lines(reading: Mapping[str, Any]) -> list[str]:
     """The suite's Markdown against tuned on-policy (empty when no task declares a sweep): across
     tasks, per task who leads, per method and task beside the plain ratio."""
-    from llm_replay.experiments.suite import MEDIAN_RATIO_GOAL, _interval, _share, _x
-
     tasks = {t: r["envelope"] for t, r in reading["tasks"].items() if "envelope" in r}
     if not tasks:
         return []

@@ -73,7 +73,8 @@ def plot_envelope(
     path: Path,
 ) -> Path:
     """One experiment's envelope plot."""
-    from llm_replay.experiments.report import _basis_label, _pyplot
+    from llm_replay.experiments.plot_style import basis_label as _basis_label
+    from llm_replay.experiments.plot_style import pyplot as _pyplot
 
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(9, 5.4), dpi=120)
@@ -99,7 +100,8 @@ def plot_suite_envelope(
     suite: Any, summaries: Mapping[str, Mapping[str, Any]], out: Path
 ) -> list[Path]:
     """One envelope panel per task that declares a sweep (`suite_envelope.png`); none without."""
-    from llm_replay.experiments.report import _pyplot, _styles
+    from llm_replay.experiments.plot_style import pyplot as _pyplot
+    from llm_replay.experiments.plot_style import styles as _styles
     from llm_replay.runtime.layout import SUMMARY_FILE
 
     tasks = [t for t, s in summaries.items() if s.get("envelope")]

@@ -201,7 +201,7 @@ def plot_noise_floor(floor: dict[str, Any], path: Path) -> Path:
     """Two rows of panels, one column per task: every split's compute ratio (top) and worst
     margin (bottom), for `self` and each method, with the tests' lines (1.0× and 0 points). A
     method whose dots sit where `self`'s do fails the tests as often as on-policy's own seeds."""
-    from llm_replay.experiments.report import _pyplot
+    from llm_replay.experiments.plot_style import pyplot as _pyplot
 
     plt = _pyplot()
     tasks = list(floor["tasks"])

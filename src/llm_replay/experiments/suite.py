@@ -32,8 +32,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from llm_replay.config import ConfigError
 from llm_replay.config.parse import did_you_mean
 from llm_replay.experiments import envelope, envelope_plot
@@ -51,22 +49,23 @@ from llm_replay.experiments.noise_floor import (
     suite_noise_floor,
     task_noise_floor,
 )
+from llm_replay.experiments.suite_stats import (
+    BASIS,
+    MEDIAN_RATIO_GOAL,
+    median_across_uncertainty,
+)
+from llm_replay.experiments.suite_stats import interval_text as _interval
+from llm_replay.experiments.suite_stats import ratio_text as _x
+from llm_replay.experiments.suite_stats import share_text as _share
 from llm_replay.runtime.layout import SUMMARY_FILE
 from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
 
 TASK_KEYS = {"budget", "eval_every", "set", "seeds"}
-BASIS = "mu_5"
 PASS_KEY = "pass@8"
 MIN_GAIN_POINTS = 2.0
 """A task on which the baseline gains less than this (final over starting accuracy, held-out,
 points) is a no-gain task: there is no saving to measure, so its compute ratio is left out of
 the median and the worst ratio, and it is read for harm only (worst margin, final accuracy)."""
-MEDIAN_RATIO_GOAL = 0.5
-"""Issue #38's acceptance: the median compute ratio over the tasks the baseline gains on is at
-most this."""
-BOOTSTRAP_RESAMPLES = 9999
-"""Resamples of the bootstrap over seeds behind the median's interval
-(`median_across_uncertainty`)."""
 NOISE_FLOOR_SEEDS = 3
 """The baseline runs a noise-floor split reads as the baseline (the suite's rows have three
 seeds); the others are read as a method. Needs at least one more finished baseline run."""
@@ -316,42 +315,6 @@ def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def median_across_uncertainty(
-    per_seed: Sequence[Sequence[float | None]],
-    *,
-    goal: float = MEDIAN_RATIO_GOAL,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = 0,
-) -> dict[str, Any] | None:
-    """How far the median across tasks would move with other seeds: a bootstrap that resamples
-    each task's seeds (its per-seed ratios, "never reached" as +inf) with replacement, takes each
-    task's median and then the median across tasks. Returns the 95% percentile interval (an
-    infinite bound as None) and the share of resamples at or under `goal`: at three to five seeds
-    a task, a median of 0.52× may be on either side of 0.5×, and this says how often. The set of
-    tasks is held fixed, so it measures seed noise, not how another choice of tasks would read;
-    the share is a bootstrap frequency, not the probability that the goal is met. None when no
-    task has two seeds (nothing to resample)."""
-    tasks = [np.array([np.inf if v is None else float(v) for v in s]) for s in per_seed]
-    if any(np.isnan(t).any() for t in tasks):
-        raise ValueError(f"per_seed = {per_seed!r}: a ratio is NaN (never reached is None)")
-    tasks = [t for t in tasks if t.size]
-    if not tasks or all(t.size < 2 for t in tasks):
-        return None
-    rng = np.random.default_rng(seed)
-    medians = np.empty((resamples, len(tasks)))
-    for j, values in enumerate(tasks):
-        draws = rng.integers(0, values.size, size=(resamples, values.size))
-        medians[:, j] = np.median(values[draws], axis=1)
-    across = np.median(medians, axis=1)
-    with np.errstate(invalid="ignore"):  # inf - inf where both neighbours are never-reached
-        low, high = np.percentile(across, [2.5, 97.5])
-    return {
-        "ci95": [float(b) if np.isfinite(b) else None for b in (low, high)],
-        "within_goal": float(np.mean(across <= goal)),
-        "goal": goal,
-    }
-
-
 def _median(spread: Any) -> float | None:
     return None if not isinstance(spread, dict) else spread.get("median")
 
@@ -422,35 +385,6 @@ def suite_markdown(reading: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _x(value: float | None) -> str:
-    if value is None:
-        return "—"
-    return "not reached" if math.isinf(value) else f"{value:.2f}×"
-
-
-def _interval(bounds: list[float | None] | None) -> str:
-    """` [0.28–0.72×]`, ` [0.28×–not reached]` or ` [not reached]`; empty without an interval."""
-    if bounds is None:
-        return ""
-    low, high = bounds
-    if low is None:
-        return " [not reached]"
-    if high is None:
-        return f" [{low:.2f}×–not reached]"
-    return f" [{low:.2f}–{high:.2f}×]"
-
-
-def _share(value: float | None) -> str:
-    """A share of resamples, never rounded to a certainty it is not."""
-    if value is None:
-        return "—"
-    if 0 < value < 0.01:
-        return "<1%"
-    if 0.99 < value < 1:
-        return ">99%"
-    return f"{value:.0%}"
-
-
 def _pts(value: float | None) -> str:
     return "—" if value is None else f"{value:+.1f}"
 
@@ -463,7 +397,9 @@ def plot_suite(suite: Suite, summaries: dict[str, dict[str, Any]], out: Path) ->
     """One panel per task: held-out accuracy against μ = 5 compute, median over seeds with its
     band, every method beside the baseline."""
     from llm_replay.experiments.analysis import RunCurves
-    from llm_replay.experiments.report import _band, _pyplot, _styles
+    from llm_replay.experiments.plot_style import band as _band
+    from llm_replay.experiments.plot_style import pyplot as _pyplot
+    from llm_replay.experiments.plot_style import styles as _styles
 
     if not summaries:
         return []
