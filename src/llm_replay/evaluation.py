@@ -1,5 +1,8 @@
 """Held-out evaluation: greedy accuracy, pass@k with the unbiased estimator, policy entropy.
 
+Problems tagged with a task (a mixture's members, `tasks.TASK_TAG`) also get a greedy accuracy
+each, `eval/<task>/accuracy`; pass@k and entropy stay overall.
+
 pass@k = 1 − C(n−c, k)/C(n, k) per problem (Chen et al. 2021), averaged over problems, from n
 samples at the training temperature; the mean token entropy of the policy is measured on those
 same samples. Evaluation draws from its own seeded RNG so evaluating more or less often never
@@ -15,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.generation import HFGenerator, SamplingParams
-from llm_replay.tasks import Problem, SafeScorer
+from llm_replay.tasks import Problem, SafeScorer, task_tag
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -52,6 +55,7 @@ def evaluate(
         rewards = scorer.score(texts, problems[start : start + batch_rollouts])
         correct.extend((rewards >= threshold).tolist())
     metrics = {"eval/accuracy": float(np.mean(correct)), "eval/size": float(len(correct))}
+    metrics.update(accuracy_by_task(problems, correct))
     if pass_size:
         n = max(pass_k)
         rng = generator.seeded_rng(seed)
@@ -69,6 +73,18 @@ def evaluate(
             metrics[f"eval/pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in counts]))
         metrics["eval/entropy"] = float(np.concatenate(entropies).mean())
     return metrics
+
+
+def accuracy_by_task(problems: Sequence[Problem], correct: Sequence[bool]) -> dict[str, float]:
+    """`eval/<task>/accuracy` for each task tag among `problems` (a mixture's members, in order
+    of first appearance); nothing when no problem carries a tag. `eval/accuracy` stays the
+    overall mean, weighted as the eval split is."""
+    tags = [task_tag(p) for p in problems[: len(correct)]]
+    out: dict[str, float] = {}
+    for name in dict.fromkeys(t for t in tags if t):
+        hits = [c for c, t in zip(correct, tags, strict=True) if t == name]
+        out[f"eval/{name}/accuracy"] = float(np.mean(hits))
+    return out
 
 
 class Evaluator:

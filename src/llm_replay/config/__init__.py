@@ -341,6 +341,8 @@ class Config:
             stale_rewards="stale_rewards" in dict(self.replay.enabled_options()),
         )
         self._check_shards(self.replay.method_class)
+        if self.task.kind == "mixture":
+            self._check_mixture()
         if self.preference.enabled:
             self._check_preference()
         adaptive_refusal = ADAPTIVE_REFUSED.get(self.replay.method)
@@ -425,6 +427,17 @@ class Config:
                 "preference.annotator = 'reward_model': set task.reward=model and "
                 "reward_model.path (the judge is the run's reward model, refreshes included)"
             )
+
+    def _check_mixture(self) -> None:
+        """One generation length serves every member: it must fit each one's longest answer."""
+        limit = self.generation.max_new_tokens
+        for member in self.task.mixture_members:
+            if member.answer_tokens is not None and member.answer_tokens > limit:
+                raise ConfigError(
+                    f"generation.max_new_tokens = {limit}: task.members.{member.name} needs "
+                    f"{member.answer_tokens} (its longest answer and EOS); raise it to the "
+                    "members' largest"
+                )
 
     def _check_shards(self, method: type[ReplayMethod[Any]]) -> None:
         w = self.workers

@@ -236,7 +236,8 @@ def check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
         raise ConfigError(f"{key} = {value!r}: must be finite and {bound}")
 
 
-REPLACED_WHOLE = {("task", "params")}  # a dataset's parameters never mix with another's
+REPLACED_WHOLE = {("task", "params"), ("task", "members")}
+"""A dataset's parameters never mix with another's, nor a mixture's members with another's."""
 
 
 def merged(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from llm_replay.config.mixture import MemberSpec, check_mixture_fields, parse_members
 from llm_replay.config.parse import ConfigError, check_positive, did_you_mean, setting
 from llm_replay.config.prompts import AdaptiveRolloutConfig, PromptSkipConfig
 
@@ -57,8 +58,10 @@ def _chain_sum_params() -> dict[str, Any]:
 
 @dataclass
 class TaskConfig:
-    kind: Literal["reasoning_gym", "dataset"] = setting(
-        "reasoning_gym", "a reasoning-gym generator, or a .jsonl/.parquet dataset file"
+    kind: Literal["reasoning_gym", "dataset", "mixture"] = setting(
+        "reasoning_gym",
+        "a reasoning-gym generator, a .jsonl/.parquet dataset file, or a mixture of tasks "
+        "(members)",
     )
     dataset: str = setting("chain_sum", "the reasoning-gym dataset's name")
     params: dict[str, Any] = setting(
@@ -87,8 +90,16 @@ class TaskConfig:
     )
     reward_timeout_s: float = setting(5.0, "seconds one reward call may take")
     failure_reward: float = setting(0.0, "the reward of a call that raised or timed out")
+    members: dict[str, Any] = setting(
+        help="kind mixture: member name -> {weight, and task: BUILTIN, or dataset, params, "
+        "prompt_template, strip_spaces, answer_tokens}",
+        factory=dict,
+    )
 
     def check(self) -> None:
+        check_mixture_fields(self, TaskConfig())
+        if self.kind == "mixture":
+            parse_members(self.members)
         if self.reward not in REWARDS:
             hint = did_you_mean(self.reward, REWARDS)
             raise ConfigError(f"reward = {self.reward!r}: choose one of {REWARDS}{hint}")
@@ -102,6 +113,11 @@ class TaskConfig:
                 f"eval_fraction = {self.eval_fraction!r}: must be in (0, 1) (the share of the "
                 "problem space held out for eval)"
             )
+
+    @property
+    def mixture_members(self) -> tuple[MemberSpec, ...]:
+        """kind mixture: the members, parsed and checked (`config.mixture`)."""
+        return parse_members(self.members, "task.members")
 
 
 @dataclass

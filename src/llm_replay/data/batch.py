@@ -323,6 +323,16 @@ class RolloutBatch:
     def rollouts(self) -> list[Rollout]:
         return list(self)
 
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Each rollout's task tag ('' when untagged)."""
+        return tuple(self.task_names[int(c)] for c in self.task_codes)
+
+    def with_tasks(self, tasks: Sequence[str] | str) -> RolloutBatch:
+        """The same rollouts tagged with `tasks` (one name per rollout, or one for all)."""
+        codes, names = encode_tasks(tasks, len(self))
+        return dataclasses.replace(self, task_codes=codes, task_names=names)
+
     def with_advantages(self, advantages: object) -> RolloutBatch:
         values = per_rollout_floats("advantages", advantages, len(self), allow_nan=False)
         return dataclasses.replace(self, advantages=values)

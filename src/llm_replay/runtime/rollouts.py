@@ -19,7 +19,7 @@ from llm_replay.data.rollout import FINISH_REASONS
 from llm_replay.generation import Generator, SamplingParams
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
-from llm_replay.tasks import Problem, SafeScorer
+from llm_replay.tasks import Problem, SafeScorer, task_tag
 from llm_replay.tasks.reward_model import ModelScorer
 
 STOP = FINISH_REASONS.index("stop")
@@ -142,6 +142,9 @@ class RolloutMaker:
             finish_reasons=out.finish_reasons,
             reward_versions=np.full(len(out), self.scorer.version, np.int64),
         )
+        tags = [task_tag(problems[i]) for i in out.prompt_index]
+        if any(tags):  # a mixture's member, on every runtime's rollouts (single tasks have none)
+            batch = batch.with_tasks(tags)
         meter.add(
             prompts_generated=len(prompts) if new_prompts else 0,
             rollouts_generated=len(out),

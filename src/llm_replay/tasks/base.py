@@ -13,6 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+TASK_TAG = "task"
+"""The `Problem.metadata` key naming the task a problem came from (a mixture's member): rollouts
+carry it in their task column, evaluation reports accuracy per value."""
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -21,6 +25,11 @@ class Problem:
     prompt: str
     answer: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+def task_tag(problem: Problem) -> str:
+    """The problem's task tag, or '' when it has none (a single task's problems)."""
+    return str(problem.metadata.get(TASK_TAG, ""))
 
 
 @runtime_checkable

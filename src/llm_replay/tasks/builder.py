@@ -7,6 +7,7 @@ import logging
 from llm_replay.config import Config
 from llm_replay.tasks.base import Task
 from llm_replay.tasks.dataset import DatasetTask
+from llm_replay.tasks.mixture import MixtureTask
 from llm_replay.tasks.reasoning_gym import ReasoningGymTask
 from llm_replay.tasks.reward_model import ModelScorer, RewardModel
 from llm_replay.tasks.rewards import SafeScorer
@@ -27,6 +28,16 @@ def build_task(config: Config, *, quiet: bool = False) -> Task:
 
 def _make_task(config: Config) -> Task:
     t = config.task
+    if t.kind == "mixture":
+        return MixtureTask(
+            t.mixture_members,
+            train_size=t.train_size,
+            eval_size=t.eval_size,
+            seed=t.seed,
+            eval_seed=t.eval_seed,
+            eval_fraction=t.eval_fraction,
+            correct_threshold=t.correct_threshold,
+        )
     if t.kind == "dataset":
         assert t.path is not None
         return DatasetTask(
