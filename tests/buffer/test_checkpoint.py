@@ -17,6 +17,8 @@ from llm_replay.buffer import (
     Recency,
     ReplayTable,
     SampleToInsertRatio,
+    TaskBalanced,
+    TaskCapacity,
     Uniform,
 )
 from llm_replay.buffer.checkpoint import _write_done
@@ -29,6 +31,7 @@ SAMPLERS = [  # the table's sampler, or its sampler and remover
     lambda: Recency(half_life=3),
     lambda: (Uniform(), PositiveRetention(delta=0.5)),
     lambda: Groups(),
+    lambda: (TaskBalanced(weights={"test": 2.0}), TaskCapacity(share=0.5)),
 ]
 
 

@@ -12,7 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_replay.buffer import CheckpointError, PositiveRetention, Prioritized, ReplayTable, Uniform
+from llm_replay.buffer import (
+    CheckpointError,
+    PositiveRetention,
+    Prioritized,
+    ReplayTable,
+    TaskBalanced,
+    TaskCapacity,
+    Uniform,
+)
 from llm_replay.buffer.durable import LOG
 from tests.buffer.durable_worker import numbered_batch
 from tests.conftest import ROOT, make_batch
@@ -21,6 +29,10 @@ SAMPLERS = {  # the table's sampler and remover
     "uniform": lambda: {"sampler": Uniform()},
     "prioritized": lambda: {"sampler": Prioritized(alpha=0.6, decay_steps=3.0)},
     "positive_biased": lambda: {"sampler": Uniform(), "remover": PositiveRetention(delta=0.5)},
+    "task_balanced": lambda: {
+        "sampler": TaskBalanced(),
+        "remover": TaskCapacity(inner=PositiveRetention(delta=0.5)),
+    },
 }
 
 

@@ -25,8 +25,10 @@ from llm_replay.buffer.samplers import (
     Uniform,
     make_sampler,
 )
-from llm_replay.buffer.stats import TableStats
+from llm_replay.buffer.stats import TableStats, TaskStats
 from llm_replay.buffer.table import ReplayTable
+from llm_replay.buffer.task_capacity import TaskCapacity
+from llm_replay.buffer.task_sampler import TaskBalanced
 
 __all__ = [
     "REMOVERS",
@@ -48,6 +50,9 @@ __all__ = [
     "Sampler",
     "TableClosed",
     "TableStats",
+    "TaskBalanced",
+    "TaskCapacity",
+    "TaskStats",
     "Uniform",
     "make_sampler",
 ]

@@ -1,9 +1,15 @@
-"""A snapshot of a replay table's contents and traffic, and its flat metrics for logging."""
+"""A snapshot of a replay table's contents and traffic, and its flat metrics for logging.
+
+Per-task stats (`TableStats.tasks`, issue #56) describe what each task (environment) of a mixture
+holds. They are reported (`to_dict`, `metrics`) only when the table holds more than one task, so a
+single-task table's output is what it always was; they are kept regardless, so merging shards
+that each hold one task still adds up.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,6 +29,16 @@ class TableCounters:
     sample_calls: int = 0
     sampled_age_sum: int = 0
     sampled_age_max: int = 0
+
+
+@dataclass(frozen=True)
+class TaskStats:
+    """What one task (environment) holds in a table."""
+
+    size: int  # rows held
+    share: float  # of the table's rows
+    age_mean: float  # policy versions behind the table's, over its rows
+    correct_share: float  # of its rows marked correct (under positive retention, not a pass rate)
 
 
 @dataclass(frozen=True)
@@ -48,6 +64,12 @@ class TableStats:
     reuse_histogram: list[int]
     sampled_age_mean: float
     sampled_age_max: int
+    tasks: dict[str, TaskStats] = field(default_factory=dict)  # by task name, rows held > 0
+
+    @property
+    def reports_tasks(self) -> bool:
+        """Whether the per-task stats are reported: more than one task is held."""
+        return len(self.tasks) > 1
 
     @property
     def samples_per_insert(self) -> float:
@@ -56,6 +78,8 @@ class TableStats:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if not self.reports_tasks:
+            del out["tasks"]
         out["samples_per_insert"] = self.samples_per_insert
         return out
 
@@ -82,12 +106,56 @@ class TableStats:
         out[f"{prefix}/stored_never_sampled"] = float(reuse[0] / max(1, reuse.sum()))
         for reason, count in self.evictions.items():
             out[f"{prefix}/evicted_{reason}"] = float(count)
+        if self.reports_tasks:
+            for task, t in self.tasks.items():
+                out[f"{prefix}/task/{task}/size"] = float(t.size)
+                out[f"{prefix}/task/{task}/share"] = t.share
+                out[f"{prefix}/task/{task}/age_mean"] = t.age_mean
+                out[f"{prefix}/task/{task}/correct_share"] = t.correct_share
         return out
 
 
 def histogram(values: npt.NDArray[Any]) -> list[int]:
     clipped = np.minimum(np.maximum(values, 0), HISTOGRAM_BINS - 1)
     return [int(c) for c in np.bincount(clipped, minlength=HISTOGRAM_BINS)]
+
+
+def task_stats(
+    names: Sequence[str], codes: npt.NDArray[Any], ages: npt.NDArray[Any], correct: npt.NDArray[Any]
+) -> dict[str, TaskStats]:
+    """Per-task stats of the rows whose task codes (into `names`), ages and correct flags these
+    are; tasks holding no row are left out."""
+    size = len(codes)
+    held = np.bincount(codes, minlength=len(names))
+    age_sum = np.bincount(codes, weights=ages, minlength=len(names))
+    correct_sum = np.bincount(codes, weights=(correct == 1), minlength=len(names))
+    return {
+        names[c]: TaskStats(
+            size=int(held[c]),
+            share=float(held[c] / size),
+            age_mean=float(age_sum[c] / held[c]),
+            correct_share=float(correct_sum[c] / held[c]),
+        )
+        for c in np.flatnonzero(held).tolist()
+    }
+
+
+def _merge_tasks(parts: Sequence[TableStats]) -> dict[str, TaskStats]:
+    sizes: dict[str, int] = {}
+    ages: dict[str, float] = {}
+    correct: dict[str, float] = {}
+    for part in parts:
+        for task, t in part.tasks.items():
+            sizes[task] = sizes.get(task, 0) + t.size
+            ages[task] = ages.get(task, 0.0) + t.age_mean * t.size
+            correct[task] = correct.get(task, 0.0) + t.correct_share * t.size
+    total = sum(sizes.values())
+    return {
+        task: TaskStats(
+            size=n, share=n / total, age_mean=ages[task] / n, correct_share=correct[task] / n
+        )
+        for task, n in sizes.items()
+    }
 
 
 def merge_stats(parts: Sequence[TableStats], name: str) -> TableStats:
@@ -129,4 +197,5 @@ def merge_stats(parts: Sequence[TableStats], name: str) -> TableStats:
         reuse_histogram=[int(x) for x in np.sum([p.reuse_histogram for p in parts], axis=0)],
         sampled_age_mean=sum(p.sampled_age_mean * p.samples for p in parts) / max(1, samples),
         sampled_age_max=max(p.sampled_age_max for p in parts),
+        tasks=_merge_tasks(parts),
     )

@@ -15,7 +15,7 @@ from llm_replay.buffer.eviction import REASONS, EvictionPolicy
 from llm_replay.buffer.rate_limit import RateLimiter
 from llm_replay.buffer.removers import PositiveRetention, Remover, make_remover
 from llm_replay.buffer.samplers import Sampler, Uniform, make_sampler
-from llm_replay.buffer.stats import TableCounters, TableStats, histogram
+from llm_replay.buffer.stats import TableCounters, TableStats, histogram, task_stats
 from llm_replay.buffer.storage import RolloutStorage
 
 
@@ -135,6 +135,7 @@ def table_stats(table: TableParts) -> TableStats:
     st = table.storage
     live = st.live_slots()
     counters = table.counters
+    ages = table._version - st.policy_version[live]
     return TableStats(
         name=table.name,
         size=st.size,
@@ -151,8 +152,9 @@ def table_stats(table: TableParts) -> TableStats:
         samples=counters.samples,
         sample_calls=counters.sample_calls,
         evictions=dict(table._evictions),
-        age_histogram=histogram(table._version - st.policy_version[live]),
+        age_histogram=histogram(ages),
         reuse_histogram=histogram(st.times_sampled[live]),
         sampled_age_mean=counters.sampled_age_sum / max(1, counters.samples),
         sampled_age_max=counters.sampled_age_max,
+        tasks=task_stats(st.task_names, st.task_code[live], ages, st.correct[live]),
     )
