@@ -27,9 +27,11 @@ class Problem:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
-def task_tag(problem: Problem) -> str:
-    """The problem's task tag, or '' when it has none (a single task's problems)."""
-    return str(problem.metadata.get(TASK_TAG, ""))
+def task_tag(problem: Problem | None) -> str:
+    """The problem's task tag, or '' when it has none (a single task's problems, or a scorer's
+    stand-in that carries no problem)."""
+    metadata = getattr(problem, "metadata", None) or {}
+    return str(metadata.get(TASK_TAG, ""))
 
 
 @runtime_checkable
