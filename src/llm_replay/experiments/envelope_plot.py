@@ -5,7 +5,6 @@ task of a suite), `suite_envelope.png` one panel per task. The reading is `envel
 
 from __future__ import annotations
 
-import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -100,29 +99,22 @@ def plot_suite_envelope(
     suite: Any, summaries: Mapping[str, Mapping[str, Any]], out: Path
 ) -> list[Path]:
     """One envelope panel per task that declares a sweep (`suite_envelope.png`); none without."""
-    from llm_replay.experiments.plot_style import pyplot as _pyplot
+    from llm_replay.experiments.plot_style import finish_task_grid, finished_runs, task_grid
     from llm_replay.experiments.plot_style import styles as _styles
-    from llm_replay.runtime.layout import SUMMARY_FILE
 
     tasks = [t for t, s in summaries.items() if s.get("envelope")]
     if not tasks:
         return []
-    plt = _pyplot()
-    columns = min(3, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5.6 * columns, 4.2 * rows), squeeze=False)
+    plt, fig, axes = task_grid(len(tasks), 5.6, 4.2)
     first = suite.tasks[tasks[0]]
     styles = _styles([m.name for m in first.methods], first.baseline)
     legend: dict[str, Any] = {}
     for ax, task in zip(axes.flat, tasks, strict=False):
-        experiment = suite.tasks[task]
-        runs: dict[str, list[RunCurves]] = {}
-        for method, seed in experiment.planned():
-            run_dir = experiment.run_dir(method.name, seed)
-            if (run_dir / SUMMARY_FILE).is_file():
-                runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
         paired = set(summaries[task]["envelope"]["seed_ids"])
-        runs = {m: [c for c in cs if c.seed in paired] for m, cs in runs.items()}
+        runs = {
+            m: [c for c in cs if c.seed in paired]
+            for m, cs in finished_runs(suite.tasks[task]).items()
+        }
         draw_envelope(
             ax, {m: cs for m, cs in runs.items() if cs}, summaries[task]["envelope"], styles
         )
@@ -132,12 +124,6 @@ def plot_suite_envelope(
         ax.set_title(f"{task}\n{textwrap.fill(on_top_text, 70)}", fontsize=7)
         ax.set_xlabel("compute, μ = 5 basis")
         ax.set_ylabel("held-out accuracy (%)")
-    for ax in list(axes.flat)[len(tasks) :]:
-        ax.axis("off")
-    fig.suptitle(f"{suite.name}: every method over tuned on-policy (thick: the sweep's envelope)")
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
-    fig.legend(list(legend.values()), list(legend), loc="center right", fontsize=8)
+    title = f"{suite.name}: every method over tuned on-policy (thick: the sweep's envelope)"
     path = out / "suite_envelope.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return [path]
+    return finish_task_grid(plt, fig, axes, len(tasks), legend, title, path, right=0.8)

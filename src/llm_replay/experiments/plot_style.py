@@ -108,3 +108,46 @@ def basis_label(basis: str) -> str:
     if basis.startswith("mu_"):
         return f"compute on the μ = {basis[3:]} cost basis (training-token units)"
     return BASIS_LABEL[basis]
+
+
+def finished_runs(experiment: Any) -> dict[str, list[RunCurves]]:
+    """Every planned run of `experiment` that has finished (its summary written), by method."""
+    from llm_replay.runtime.layout import SUMMARY_FILE
+
+    runs: dict[str, list[RunCurves]] = {}
+    for method, seed in experiment.planned():
+        run_dir = experiment.run_dir(method.name, seed)
+        if (run_dir / SUMMARY_FILE).is_file():
+            runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
+    return runs
+
+
+def task_grid(count: int, width: float, height: float) -> tuple[Any, Any, Any]:
+    """matplotlib, a figure and its axes for `count` task panels, three to a row."""
+    plt = pyplot()
+    columns = min(3, count)
+    rows = -(-count // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+    return plt, fig, axes
+
+
+def finish_task_grid(
+    plt: Any,
+    fig: Any,
+    axes: Any,
+    count: int,
+    legend: Mapping[str, Any],
+    title: str,
+    path: Path,
+    *,
+    right: float,
+) -> list[Path]:
+    """Blank the unused panels, title the figure, one legend on the right, save and close."""
+    for ax in list(axes.flat)[count:]:
+        ax.axis("off")
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, right, 1))
+    fig.legend(list(legend.values()), list(legend), loc="center right", fontsize=8)
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]

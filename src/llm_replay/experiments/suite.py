@@ -396,41 +396,25 @@ def _num(value: float | None) -> str:
 def plot_suite(suite: Suite, summaries: dict[str, dict[str, Any]], out: Path) -> list[Path]:
     """One panel per task: held-out accuracy against μ = 5 compute, median over seeds with its
     band, every method beside the baseline."""
-    from llm_replay.experiments.analysis import RunCurves
     from llm_replay.experiments.plot_style import band as _band
-    from llm_replay.experiments.plot_style import pyplot as _pyplot
+    from llm_replay.experiments.plot_style import finish_task_grid, finished_runs, task_grid
     from llm_replay.experiments.plot_style import styles as _styles
 
     if not summaries:
         return []
-    plt = _pyplot()
     tasks = list(summaries)
-    columns = min(3, len(tasks))
-    rows = math.ceil(len(tasks) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 3.8 * rows), squeeze=False)
+    plt, fig, axes = task_grid(len(tasks), 5.2, 3.8)
     first = suite.tasks[tasks[0]]  # every task runs the same methods: one colour each, suite-wide
     extends = {m.name: m.extends for m in first.methods if m.extends is not None}
     styles = _styles([m.name for m in first.methods], first.baseline, extends)
     legend: dict[str, Any] = {}
     for ax, task in zip(axes.flat, tasks, strict=False):
-        experiment = suite.tasks[task]
-        runs: dict[str, list[RunCurves]] = {}
-        for method, seed in experiment.planned():
-            run_dir = experiment.run_dir(method.name, seed)
-            if (run_dir / SUMMARY_FILE).is_file():
-                runs.setdefault(method.name, []).append(RunCurves.load(run_dir))
-        _band(ax, runs, "accuracy", BASIS, scale=100.0, styles=styles)
+        _band(ax, finished_runs(suite.tasks[task]), "accuracy", BASIS, scale=100.0, styles=styles)
         for line in ax.get_lines():
             legend.setdefault(str(line.get_label()), line)
         ax.set_title(task)
         ax.set_xlabel("compute, μ = 5 basis")
         ax.set_ylabel("held-out accuracy (%)")
-    for ax in list(axes.flat)[len(tasks) :]:
-        ax.axis("off")
-    fig.suptitle(f"{suite.name}: accuracy against compute, every task")
-    fig.tight_layout(rect=(0, 0, 0.86, 1))
-    fig.legend(list(legend.values()), list(legend), loc="center right", fontsize=8)
+    title = f"{suite.name}: accuracy against compute, every task"
     path = out / "suite_accuracy_vs_compute.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return [path]
+    return finish_task_grid(plt, fig, axes, len(tasks), legend, title, path, right=0.86)
