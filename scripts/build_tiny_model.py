@@ -6,6 +6,8 @@
     python scripts/build_tiny_model.py --task '{"dataset": "leg_counting", ...}' --out DIR
     python scripts/build_tiny_model.py --task count_bits --stop-at 0.2 \
         --out src/llm_replay/assets/tiny-count-bits
+    python scripts/build_tiny_model.py --mixture gcd,products,binary_alternation,lcm \
+        --stop-at 0.2 --min-informative 0.25 --out src/llm_replay/assets/tiny-mixture
 
 `--task` is a built-in task's name (`llm_replay.tasks.builtin`) or a JSON object of
 `ReasoningGymTask` arguments (dataset, params, prompt_template, strip_spaces, seed, eval_seed).
@@ -29,6 +31,14 @@ side of the split (the eval split's distribution: train-side problems repeat, an
 has memorised the frequent ones reads high there and low on held-out problems) but from another
 seed's stream (`eval_seed + CHECK_SEED_OFFSET`), so the eval split itself is not looked at until
 the end.
+
+`--mixture A,B,...` SFTs one model on a mixture of built-in tasks (the mixture task of
+`task.kind: mixture`) and applies the stopping rule per member: at every check, a member whose
+check passes is kept in the SFT batches at `PASSED_WEIGHT` of a failing member's share, so the
+members learnt in a tenth of the steps of others stop gaining without being forgotten (dropping
+them outright left two of four members at 6% on the eval split by the end); the build stops at
+the first check where every member passes, or at `--steps`. `build.json` records each member's
+last check and its greedy accuracy on the eval split.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ INFORMATIVE_SIZE = 64
 GROUP = 8
 TEMPERATURE = 0.7  # the presets' generation.temperature
 CHECK_SEED_OFFSET = 1000
+PASSED_WEIGHT = 0.2  # --mixture: a passing member's share of the SFT batches, relative
 
 
 def task_spec(text: str) -> dict:
@@ -95,9 +106,57 @@ def sampled_groups(model, tokenizer, task, problems, max_new_tokens: int) -> tup
     return float(mixed.mean()), float(correct.mean())
 
 
+def sft_step(model, optimizer, rows) -> float:
+    """One supervised step on `(prompt ids, answer ids + EOS)` rows, loss on the answer only."""
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (p, a) in enumerate(rows):
+        ids[i, : len(p) + len(a)] = torch.tensor(p + a)
+        labels[i, len(p) : len(p) + len(a)] = torch.tensor(a)
+        mask[i, : len(p) + len(a)] = 1
+    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return float(loss.item())
+
+
+def check_passes(model, tokenizer, task, check, args, label: str = "") -> tuple[bool, dict]:
+    """The stopping rule on `check` problems: greedy and sampled accuracy at `--stop-at`, and
+    `--min-informative` of the sampled groups mixed."""
+    reached = greedy_accuracy(model, tokenizer, task, check, args.max_new_tokens)
+    mixed, sampled = sampled_groups(
+        model, tokenizer, task, check[:INFORMATIVE_SIZE], args.max_new_tokens
+    )
+    model.train()
+    print(f"{label}check accuracy {reached:.3f}, sampled {sampled:.3f}, informative {mixed:.3f}")
+    passed = min(reached, sampled) >= args.stop_at and mixed >= args.min_informative
+    return passed, {"check_accuracy": reached, "sampled": sampled, "informative": mixed}
+
+
+def mixture_task(names: str, train_size: int, eval_size: int, eval_seed: int = 2):
+    from llm_replay.config.mixture import parse_members
+    from llm_replay.tasks.mixture import MixtureTask
+
+    members = parse_members({name: {"weight": 1} for name in names.split(",")}, "--mixture")
+    return MixtureTask(members, train_size=train_size, eval_size=eval_size, eval_seed=eval_seed)
+
+
+def by_member(problems) -> dict[str, list]:
+    from llm_replay.tasks.base import TASK_TAG
+
+    out: dict[str, list] = {}
+    for problem in problems:
+        out.setdefault(problem.metadata[TASK_TAG], []).append(problem)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="chain_sum", help="built-in task name or JSON spec")
+    parser.add_argument("--mixture", default=None, help="built-in task names, comma-separated")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the task's")
     parser.add_argument("--steps", type=int, default=300)
@@ -113,60 +172,83 @@ def main() -> None:
         help="with --stop-at: also wait until this share of sampled groups is mixed",
     )
     args = parser.parse_args()
-    if args.max_new_tokens is None:
-        args.max_new_tokens = ANSWER_TOKENS.get(args.task, 12)
+    if args.mixture is not None and args.stop_at is None:
+        raise SystemExit("--mixture: give --stop-at (the stopping rule is applied per member)")
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     tokenizer = build_char_tokenizer()
     model = AutoModelForCausalLM.from_config(tiny_qwen2_config())
-    spec = task_spec(args.task)
-    arguments = {k: v for k, v in spec.items() if k != "dataset"}
-    task = ReasoningGymTask(spec["dataset"], train_size=20_000, eval_size=500, **arguments)
+    members: dict[str, dict] = {}
+    if args.mixture is not None:
+        names = args.mixture.split(",")
+        if args.max_new_tokens is None:
+            args.max_new_tokens = max(ANSWER_TOKENS.get(name, 12) for name in names)
+        task = mixture_task(args.mixture, 20_000, 500)
+        check_task = mixture_task(args.mixture, 1, CHECK_SIZE * len(names), 2 + CHECK_SEED_OFFSET)
+        checks = by_member(check_task.eval)
+        spec: dict = {"mixture": names}
+    else:
+        if args.max_new_tokens is None:
+            args.max_new_tokens = ANSWER_TOKENS.get(args.task, 12)
+        spec = task_spec(args.task)
+        arguments = {k: v for k, v in spec.items() if k != "dataset"}
+        task = ReasoningGymTask(spec["dataset"], train_size=20_000, eval_size=500, **arguments)
+        check_arguments = {
+            **arguments,
+            "eval_seed": arguments.get("eval_seed", 2) + CHECK_SEED_OFFSET,
+        }
+        checks = {
+            "": ReasoningGymTask(
+                spec["dataset"], train_size=1, eval_size=CHECK_SIZE, **check_arguments
+            ).eval
+        }
     rng = np.random.default_rng(args.seed)
     eos = tokenizer.eos_token_id
-    check_arguments = {**arguments, "eval_seed": arguments.get("eval_seed", 2) + CHECK_SEED_OFFSET}
-    check = ReasoningGymTask(
-        spec["dataset"], train_size=1, eval_size=CHECK_SIZE, **check_arguments
-    ).eval
-    encoded = [
-        (encode_prompts(tokenizer, [p.prompt], "off")[0], tokenizer(p.answer)["input_ids"] + [eos])
-        for p in task.train
-    ]
+    encoded = by_member(task.train) if args.mixture is not None else {"": list(task.train)}
+    encoded = {
+        name: [
+            (
+                encode_prompts(tokenizer, [p.prompt], "off")[0],
+                tokenizer(p.answer)["input_ids"] + [eos],
+            )
+            for p in problems
+        ]
+        for name, problems in encoded.items()
+    }
+    names = list(encoded)
+    share = np.full(len(names), 1.0 / len(names))
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     start = time.perf_counter()
     model.train()
     for step in range(args.steps):
-        rows = [encoded[i] for i in rng.integers(0, len(encoded), args.batch_size)]
-        width = max(len(p) + len(a) for p, a in rows)
-        ids = torch.zeros((len(rows), width), dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (p, a) in enumerate(rows):
-            ids[i, : len(p) + len(a)] = torch.tensor(p + a)
-            labels[i, len(p) : len(p) + len(a)] = torch.tensor(a)
-            mask[i, : len(p) + len(a)] = 1
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        picks = rng.choice(len(names), size=args.batch_size, p=share)
+        rows = [
+            encoded[names[m]][int(rng.integers(0, len(encoded[names[m]])))] for m in picks.tolist()
+        ]
+        loss = sft_step(model, optimizer, rows)
         if (step + 1) % 50 == 0:
-            print(f"step {step + 1}: loss {loss.item():.3f}")
+            print(f"step {step + 1}: loss {loss:.3f}")
         if args.stop_at is not None and (step + 1) % args.check_every == 0:
-            reached = greedy_accuracy(model, tokenizer, task, check, args.max_new_tokens)
-            mixed, sampled = sampled_groups(
-                model, tokenizer, task, check[:INFORMATIVE_SIZE], args.max_new_tokens
-            )
-            model.train()
-            print(
-                f"step {step + 1}: check accuracy {reached:.3f}, sampled {sampled:.3f}, "
-                f"informative {mixed:.3f}"
-            )
-            if min(reached, sampled) >= args.stop_at and mixed >= args.min_informative:
+            passing = []
+            for name in names:
+                label = f"step {step + 1}: " + (f"{name} " if name else "")
+                passed, reading = check_passes(model, tokenizer, task, checks[name], args, label)
+                passing.append(passed)
+                if name:
+                    members[name] = {"last_check": step + 1, "passed": passed, **reading}
+            if all(passing):
                 break
+            weight = np.where(passing, PASSED_WEIGHT, 1.0)
+            share = weight / weight.sum()
     steps = step + 1
     seconds = time.perf_counter() - start
     accuracy = greedy_accuracy(model, tokenizer, task, task.eval[:500], args.max_new_tokens)
+    if args.mixture is not None:
+        for name, problems in by_member(task.eval[:500]).items():
+            members[name]["greedy_accuracy_eval"] = greedy_accuracy(
+                model, tokenizer, task, problems, args.max_new_tokens
+            )
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
@@ -182,6 +264,7 @@ def main() -> None:
             if args.stop_at
             else {}
         ),
+        **({"members": members} if members else {}),
         "max_new_tokens": args.max_new_tokens,
         "batch_size": args.batch_size,
         "lr": args.lr,

@@ -1,7 +1,9 @@
 """Held-out evaluation: greedy accuracy, pass@k with the unbiased estimator, policy entropy.
 
-Problems tagged with a task (a mixture's members, `tasks.TASK_TAG`) also get a greedy accuracy
-each, `eval/<task>/accuracy`; pass@k and entropy stay overall.
+Problems tagged with a task (a mixture's members, `tasks.TASK_TAG`) also get their own readings
+beside the overall ones: `eval/<task>/accuracy`, and on the pass@k subset `eval/<task>/pass@k`
+and `eval/<task>/entropy` (a member's share of the first `pass_size` problems follows the eval
+split's weights, so set `eval.pass_size` to give each member enough problems).
 
 pass@k = 1 − C(n−c, k)/C(n, k) per problem (Chen et al. 2021), averaged over problems, from n
 samples at the training temperature; the mean token entropy of the policy is measured on those
@@ -61,7 +63,7 @@ def evaluate(
         rng = generator.seeded_rng(seed)
         subset = list(range(min(pass_size, len(prompts))))
         per_call = max(1, batch_rollouts // n)
-        counts, entropies = [], []
+        counts, entropies, token_tags = [], [], []
         for start in range(0, len(subset), per_call):
             idx = subset[start : start + per_call]
             out = generator.generate([prompts[i] for i in idx], n, sampling, rng=rng)
@@ -69,9 +71,20 @@ def evaluate(
             rewards = scorer.score(texts, [problems[i] for i in idx for _ in range(n)])
             counts.extend((rewards.reshape(len(idx), n) >= threshold).sum(1).tolist())
             entropies.append(out.entropies)
-        for k in pass_k:
-            metrics[f"eval/pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in counts]))
-        metrics["eval/entropy"] = float(np.concatenate(entropies).mean())
+            row_tags = np.repeat(np.array([task_tag(problems[i]) for i in idx], dtype=object), n)
+            token_tags.append(np.repeat(row_tags, out.completion_lengths))
+        tags = np.array([task_tag(problems[i]) for i in subset], dtype=object)
+        every_token = np.concatenate(entropies)
+        tag_of_token = np.concatenate(token_tags)
+        for name in [""] + [t for t in dict.fromkeys(tags.tolist()) if t]:
+            rows = np.ones(len(tags), dtype=bool) if not name else tags == name
+            tokens = np.ones(len(every_token), dtype=bool) if not name else tag_of_token == name
+            key = "eval/" if not name else f"eval/{name}/"
+            for k in pass_k:
+                metrics[f"{key}pass@{k}"] = float(
+                    np.mean([pass_at_k(n, c, k) for c, r in zip(counts, rows, strict=True) if r])
+                )
+            metrics[f"{key}entropy"] = float(every_token[tokens].mean()) if tokens.any() else 0.0
     return metrics
 
 

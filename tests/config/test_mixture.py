@@ -11,12 +11,28 @@ from llm_replay.config import ConfigError, load_config
 def test_the_preset_reads_four_equal_members_with_their_templates_and_answer_lengths() -> None:
     config = load_config("mixture")
     members = config.task.mixture_members
-    assert [m.name for m in members] == ["chain_sum", "products", "gcd", "lcm"]
+    assert [m.name for m in members] == ["gcd", "products", "binary_alternation", "lcm"]
     assert {m.weight for m in members} == {1.0}
-    gcd = members[2]
+    gcd = members[0]
     assert (gcd.dataset, gcd.prompt_template, gcd.answer_tokens) == ("gcd", "gcd{numbers}=", 4)
     assert config.generation.max_new_tokens >= max(m.answer_tokens or 0 for m in members)
-    assert config.replay.method == "on_policy" and config.model.path == "builtin:tiny-chain-sum"
+    assert config.replay.method == "on_policy" and config.model.path == "builtin:tiny-mixture"
+
+
+def test_the_shipped_mixture_model_was_built_on_the_presets_members_each_near_the_rule() -> None:
+    """`scripts/build_tiny_model.py --mixture` with the suite's stopping rule per member: every
+    member passed its check, and starts with room to learn on the eval split."""
+    import json
+
+    from llm_replay.models.loading import resolve_model_path
+
+    config = load_config("mixture")
+    build = json.loads((resolve_model_path(config.model.path) / "build.json").read_text())
+    assert build["task"] == {"mixture": [m.name for m in config.task.mixture_members]}
+    assert build["max_new_tokens"] == config.generation.max_new_tokens
+    for name, member in build["members"].items():
+        assert member["passed"], name
+        assert 0.1 <= member["greedy_accuracy_eval"] <= 0.6, name
 
 
 def test_a_member_may_rename_a_builtin_or_be_a_reasoning_gym_spec() -> None:
@@ -25,7 +41,8 @@ def test_a_member_may_rename_a_builtin_or_be_a_reasoning_gym_spec() -> None:
         [
             "task.members={sums: {weight: 2, task: chain_sum}, "
             "spell: {weight: 0.5, dataset: spell_backward, params: {min_word_len: 3}, "
-            "prompt_template: '{word}<', strip_spaces: true, answer_tokens: 8}}"
+            "prompt_template: '{word}<', strip_spaces: true, answer_tokens: 8}}",
+            "generation.max_new_tokens=8",
         ],
     )
     sums, spell = config.task.mixture_members
@@ -54,7 +71,7 @@ BAD = [
     ("task.dataset=gcd", r"task\.dataset = 'gcd': a single-task field, ignored by kind 'mixture'"),
     ("task.prompt_template='{n}#'", r"task\.prompt_template = '\{n\}#': a single-task field"),
     ("task.path=rows.jsonl", r"task\.path = 'rows\.jsonl': a single-task field"),
-    ("generation.max_new_tokens=5", r"generation\.max_new_tokens = 5: task\.members\.chain_sum needs 8"),
+    ("generation.max_new_tokens=5", r"generation\.max_new_tokens = 5: task\.members\.products needs 6"),
 ]  # fmt: skip
 
 

@@ -313,7 +313,9 @@ def test_quick_experiment_from_scratch(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize("quick", [False, True])
-@pytest.mark.parametrize("name", ["experiment", "experiment_spell", "experiment_async"])
+@pytest.mark.parametrize(
+    "name", ["experiment", "experiment_spell", "experiment_async", "experiment_mixture"]
+)
 def test_shipped_experiment_file_validates(
     name: str, quick: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,10 +11,10 @@ import pytest
 
 from llm_replay.cli import main
 from llm_replay.config import ConfigError
+from llm_replay.experiments.across_tasks import suite_markdown, suite_summary
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.compare import load_experiment
 from llm_replay.experiments.envelope import envelope_reading, leaders_cell
-from llm_replay.experiments.suite import suite_markdown, suite_summary
 from llm_replay.metrics import MetricsLogger
 
 RISE = [0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.5]  # smoothed: ... 0.4, 0.467, 0.5: the final at index 6

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from llm_replay.experiments.across_tasks import task_reading
 from llm_replay.experiments.noise_floor import (
     noise_floor_markdown,
     split_readings,
     suite_noise_floor,
     task_noise_floor,
 )
-from llm_replay.experiments.suite import task_reading
 from tests.experiments.test_analysis import fake_run
 
 A = [0.1, 0.2, 0.3, 0.4, 0.4, 0.4]

@@ -10,15 +10,10 @@ import pytest
 
 from llm_replay.cli import main
 from llm_replay.config import ConfigError, load_config
+from llm_replay.experiments.across_tasks import across_tasks, suite_markdown, suite_summary
 from llm_replay.experiments.compare import run_config
-from llm_replay.experiments.suite import (
-    across_tasks,
-    load_suite,
-    median_across_uncertainty,
-    run_suite,
-    suite_markdown,
-    suite_summary,
-)
+from llm_replay.experiments.suite import load_suite, run_suite
+from llm_replay.experiments.suite_stats import median_across_uncertainty
 from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
 from tests.experiments.test_compare import TINY_SET
 

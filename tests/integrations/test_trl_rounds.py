@@ -94,3 +94,39 @@ def test_refusals_name_the_problem() -> None:
     )
     with pytest.raises(ValueError, match="no advantage"):
         to_trl_inputs(sample, slice(0, 3), pad_id=PAD, device="cpu")
+
+
+def test_task_codes_travel_with_their_rows_into_the_task_column() -> None:
+    from datasets import Dataset
+
+    from llm_replay.integrations.trl.tasks import TaskColumn
+
+    column = TaskColumn("task", Dataset.from_dict({"prompt": ["a", "b"], "task": ["lcm", "gcd"]}))
+    assert column.names == ("gcd", "lcm")  # sorted: the same codes on every process
+    rows = [{"task": "lcm"}, {"task": "gcd"}, {"task": "lcm"}]
+    codes = column.codes(rows, "cpu")
+    out = trl_output()
+    local = local_round(out, torch.ones(3), torch.tensor([0, 0, 1]), behaviour_logprobs(out), codes)
+    order = np.array([2, 0, 1])
+    batch = to_rollouts(
+        local,
+        policy_version=0,
+        correct_threshold=1.0,
+        eos_token_ids=[1],
+        order=order,
+        task_names=column.names,
+    )
+    assert batch.tasks == ("lcm", "lcm", "gcd")
+    untagged = to_rollouts(
+        local_round(out, torch.ones(3), torch.tensor([0, 0, 1]), behaviour_logprobs(out)),
+        policy_version=0,
+        correct_threshold=1.0,
+        eos_token_ids=[1],
+    )
+    assert untagged.tasks == ("", "", "")
+    with pytest.raises(ValueError, match=r"row task 'sums' is not in"):
+        column.codes([{"task": "sums"}], "cpu")
+    with pytest.raises(ValueError, match=r"replay_task_column = 'member': the train dataset has"):
+        TaskColumn("member", Dataset.from_dict({"prompt": ["a"], "task": ["gcd"]}))
+    with pytest.raises(ValueError, match=r"every row needs a non-empty task name"):
+        TaskColumn("task", Dataset.from_dict({"prompt": ["a"], "task": [""]}))

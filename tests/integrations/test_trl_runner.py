@@ -95,3 +95,52 @@ def test_a_preference_run_through_trl_is_refused_with_the_reason(tmp_path: Path)
     config = load_config("dpo", [f"log.run_dir={tmp_path}"])
     with pytest.raises(ValueError, match="no seam to record or inject pairs"):
         TRLRun(config)
+
+
+def test_a_mixture_trains_through_trl_with_its_rows_tagged_balanced_and_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The TRL front end on a mixture: every dataset row carries its member, the rollouts carry
+    it into the table, the table balances and caps them (the per-task buffer metrics in TRL's
+    log), and each member is evaluated."""
+    from llm_replay.integrations.trl.runner import TASK_COLUMN, TRLRun
+
+    monkeypatch.chdir(ROOT)
+    config = load_config(
+        "auto",
+        [
+            f"log.run_dir={tmp_path}",
+            "generation.prompts_per_step=4",
+            "generation.group_size=4",
+            "train.batch_size=16",
+            "train.iterations=3",
+            "eval.size=16",
+            "eval.pass_size=4",
+            "eval.pass_k=[1,2]",
+            "eval.every=3",
+            "task.train_size=300",
+            "task.eval_size=16",
+            "replay.capacity=64",
+            "model.path=builtin:tiny-mixture",
+            "task.kind=mixture",
+            "task.members={gcd: {weight: 1}, lcm: {weight: 1}}",
+            "generation.max_new_tokens=6",
+            "replay.tasks.balance=true",
+            "replay.tasks.capacity=true",
+        ],
+    )
+    args = trl_arguments(config, tmp_path / "trl")
+    assert args.replay_task_column == TASK_COLUMN and args.replay.tasks.balance
+    run = TRLRun(config)
+    assert run.trainer.tasks is not None and run.trainer.tasks.names == ("gcd", "lcm")
+    run.run()
+    table = run.trainer.pipeline.method.table
+    assert type(table.sampler).__name__ == "TaskBalanced"
+    assert type(table.remover).__name__ == "TaskCapacity"
+    stats = table.stats()
+    assert set(stats.tasks) == {"gcd", "lcm"}
+    assert all(t.size <= 32 for t in stats.tasks.values())
+    log = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any("replay/buffer/task/gcd/share" in r for r in log if r.get("kind") == "train")
+    evals = [r for r in log if r.get("kind") == "eval"]
+    assert evals and all("eval/lcm/accuracy" in r for r in evals)

@@ -173,3 +173,40 @@ def test_the_asynchronous_mode_is_declared_and_checked() -> None:
         class Overrides(TableReplay):
             def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
                 yield from ()
+
+
+def test_a_mixtures_signals_hold_each_tasks_pass_rate_share_and_age_by_hand() -> None:
+    """Rows of two tasks: per-task pass rate per round, share / replayed / age per step, their
+    weighted means, the log and the saved state; a single-task run has none."""
+    fresh = round_of([[1, 1, 0, 0], [0, 0, 0, 1]], [[5], [6]]).with_tasks(
+        ["easy"] * 4 + ["hard"] * 4
+    )
+    assert RoundStats.of(fresh).task_pass_rates == {"easy": 0.5, "hard": 0.25}
+    signals = RunSignals(half_life=1.0)
+    signals.record_round(fresh)
+    sample = Sample.from_batch(fresh, current_version=2, keys=np.arange(8))
+    sample = dataclasses.replace(
+        sample,
+        ages=np.array([0, 0, 0, 2, 1, 1, 1, 1], dtype=np.int64),
+        times_sampled=np.array([1, 1, 1, 2, 3, 3, 1, 1], dtype=np.int32),
+    )
+    signals.record_step(sample, {})
+    assert signals.step_tasks == {
+        "easy": {"share": 0.5, "replayed_fraction": 0.25, "age_mean": 0.5},
+        "hard": {"share": 0.5, "replayed_fraction": 0.5, "age_mean": 1.0},
+    }
+    signals.record_round(
+        round_of([[1, 1], [1, 1]], [[5], [6]]).with_tasks(["easy"] * 2 + ["hard"] * 2)
+    )
+    assert signals.task_mean("hard", "pass_rate") == pytest.approx((0.5 * 0.25 + 1.0) / 1.5)
+    assert signals.task_mean("easy", "age_mean") == 0.5 and signals.tasks() == ["easy", "hard"]
+    metrics = signals.metrics()
+    assert metrics["signals/task/hard/replayed_fraction"] == 0.5
+    restored = RunSignals(half_life=1.0)
+    restored.load_state(json.loads(json.dumps(signals.state(), allow_nan=False)))
+    assert restored.state() == signals.state() and restored.round == signals.round
+    single = RunSignals()
+    single.record_round(round_of([[1, 0]], [[5]]).with_tasks("easy"))
+    single.record_step(sample_with([0, 1], [1, 2]), {})
+    assert single.round.task_pass_rates == {} and single.step_tasks == {}
+    assert not any("/task/" in k for k in single.metrics()) and single.tasks() == []

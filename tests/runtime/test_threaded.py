@@ -227,3 +227,39 @@ def test_the_replay_controller_reads_a_learner_statistic_threaded(tmp_path: Path
     config = tiny_config(UNIFORM, tmp_path, "train.iterations=5", "runtime=threaded", *ANNEAL_ON_M2)
     build_trainer(config).run()
     assert_anneal_read_the_learners_m2(tmp_path)
+
+
+MIXTURE = [
+    "task.kind=mixture",
+    "task.members={gcd: {weight: 3}, lcm: {weight: 1}}",
+    "model.path=builtin:tiny-mixture",
+    "generation.max_new_tokens=6",
+]
+
+
+@pytest.mark.parametrize("preset", ["uniform", "auto"])
+def test_a_mixture_runs_threaded_with_balanced_capped_tables(preset: str, tmp_path: Path) -> None:
+    """Workers tag their rollouts with the member; the table the run samples (the shared table
+    of a "table" method, the host's own for a "rounds" one) balances and caps them; every
+    evaluation reads each member."""
+    from llm_replay.buffer import TaskBalanced, TaskCapacity
+
+    config = tiny_config(
+        preset,
+        tmp_path,
+        "runtime=threaded",
+        "train.iterations=4",
+        *MIXTURE,
+        "replay.tasks.balance=true",
+        "replay.tasks.capacity=true",
+    )
+    trainer = build_trainer(config)
+    assert isinstance(trainer, ThreadedTrainer)
+    trainer.run()
+    table = trainer.table if preset == "uniform" else trainer.replay.pipeline.method.table
+    assert isinstance(table.sampler, TaskBalanced) and isinstance(table.remover, TaskCapacity)
+    stats = table.stats()
+    assert set(stats.tasks) == {"gcd", "lcm"}
+    assert all(t.size <= table.max_rollouts // 2 for t in stats.tasks.values())
+    evals = [r for r in read_log(tmp_path) if r.get("kind") == "eval"]
+    assert evals and all({"eval/gcd/accuracy", "eval/lcm/pass@2"} <= set(r) for r in evals)

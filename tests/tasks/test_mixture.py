@@ -16,7 +16,7 @@ from llm_replay.tasks import TASK_TAG, MixtureTask, Problem, TaskError, build_ta
 from llm_replay.tasks.mixture import weighted_draws, weighted_round_robin
 from tests.conftest import tiny_config
 
-MEMBERS = ("chain_sum", "products", "gcd", "lcm")
+MEMBERS = ("gcd", "products", "binary_alternation", "lcm")
 
 
 def small_mixture(*extra: str) -> MixtureTask:
@@ -64,13 +64,15 @@ def test_each_member_has_its_own_split_and_the_splits_never_share_a_prompt() -> 
 
 def test_training_draws_are_seeded_and_by_weight() -> None:
     weights = "task.members={chain_sum: {weight: 3}, gcd: {weight: 1}}"
-    task = small_mixture(weights, "task.train_size=4000")
+    task = small_mixture(weights, "task.train_size=4000", "generation.max_new_tokens=8")
     shares = Counter(task_tag(p) for p in task.train)
     assert abs(shares["chain_sum"] / 4000 - 0.75) < 0.035  # ~5 std of a binomial share
     assert task.weights == {"chain_sum": 0.75, "gcd": 0.25}
-    again = small_mixture(weights, "task.train_size=4000")
+    again = small_mixture(weights, "task.train_size=4000", "generation.max_new_tokens=8")
     assert [p.prompt for p in again.train] == [p.prompt for p in task.train]
-    other = small_mixture(weights, "task.train_size=4000", "task.seed=5")
+    other = small_mixture(
+        weights, "task.train_size=4000", "task.seed=5", "generation.max_new_tokens=8"
+    )
     assert [p.prompt for p in other.train] != [p.prompt for p in task.train]
 
 
@@ -105,6 +107,7 @@ def test_accuracy_by_task_reports_each_tagged_task_and_nothing_for_untagged() ->
 
 
 def test_a_sync_run_of_the_preset_tags_rollouts_and_evaluates_each_member(tmp_path: Path) -> None:
+    """Accuracy, pass@k and entropy per member beside the overall readings; rollouts tagged."""
     config = tiny_config("mixture", tmp_path / "run", "train.iterations=2")
     trainer = SyncTrainer(config)
     trainer.run()
@@ -114,6 +117,13 @@ def test_a_sync_run_of_the_preset_tags_rollouts_and_evaluates_each_member(tmp_pa
         assert record["eval/size"] == 16  # four of each member: the eval split is dealt in turn
         overall = np.mean([record[k] for k in keys])
         assert record["eval/accuracy"] == pytest.approx(overall)
+        # pass@k and entropy per member on the pass subset (eval.pass_size=4: one problem each)
+        for k in (1, 2):
+            members = [record[f"eval/{m}/pass@{k}"] for m in MEMBERS]
+            assert record[f"eval/pass@{k}"] == pytest.approx(np.mean(members))
+        entropies = [record[f"eval/{m}/entropy"] for m in MEMBERS]
+        assert all(np.isfinite(entropies)) and min(entropies) >= 0
+        assert min(entropies) <= record["eval/entropy"] + 1e-6 <= max(entropies) + 2e-6
     fresh = SyncTrainer(config)  # the finished run's scorer is closed
     batch, _ = fresh.generate_rollouts()
     member_of = {p.prompt: task_tag(p) for p in fresh.task.train}

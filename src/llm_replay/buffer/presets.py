@@ -11,9 +11,13 @@ from typing import Any, Self, cast
 from llm_replay.buffer.rate_limit import RateLimiter
 from llm_replay.buffer.removers import PositiveRetention
 from llm_replay.buffer.samplers import Fifo, Prioritized, Uniform
+from llm_replay.buffer.task_parts import TaskParts
 
 
-def _build(cls: type, *args: Any, **kwargs: Any) -> Any:
+def _build(cls: type, *args: Any, tasks: TaskParts | None = None, **kwargs: Any) -> Any:
+    """Every preset's table, its sampler and remover wrapped by `tasks` (`buffer.task_parts`)."""
+    if tasks is not None:
+        kwargs = tasks.wrap(kwargs)
     return cls(*args, **kwargs)
 
 

@@ -199,7 +199,8 @@ def _compare_suite(args: argparse.Namespace, part: tuple[int, int]) -> int:
 
 
 def _report_suite(args: argparse.Namespace, suite: Any) -> int:
-    from llm_replay.experiments.suite import report_suite, suite_markdown
+    from llm_replay.experiments.across_tasks import suite_markdown
+    from llm_replay.experiments.suite import report_suite
 
     reading = report_suite(suite, getattr(args, "baseline", None))
     print(suite_markdown(reading))

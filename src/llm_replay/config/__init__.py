@@ -19,6 +19,7 @@ from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
 from llm_replay.algorithms.token_control import TokenControl, TokenControlError
 from llm_replay.config import recipes
 from llm_replay.config.files import find_config, read_layered
+from llm_replay.config.mixture import ReplayTasksConfig
 from llm_replay.config.parse import (
     ConfigError,
     build,
@@ -46,6 +47,7 @@ from llm_replay.methods import (
     METHODS,
     OPTIONS,
     MethodConfig,
+    MethodContext,
     OptionConfig,
     ReplayMethod,
     method_class,
@@ -234,6 +236,10 @@ class ReplayConfig:
     init_from: str | None = setting(
         None, "a saved or durable table to start from (reuse across runs)"
     )
+    tasks: ReplayTasksConfig = setting(
+        help="per-task table parts on a mixture (replay.tasks.balance, .capacity)",
+        factory=ReplayTasksConfig,
+    )
 
     def __post_init__(self) -> None:
         for name, option in OPTIONS.items():
@@ -255,6 +261,8 @@ class ReplayConfig:
         out: dict[str, Any] = {"method": self.method, **dataclasses.asdict(self.settings)}
         if self.init_from is not None:
             out["init_from"] = self.init_from
+        if self.tasks.parts() is not None:
+            out["tasks"] = dataclasses.asdict(self.tasks)
         for name, option in self.options.items():
             out[name] = dataclasses.asdict(option)
         return out
@@ -282,7 +290,9 @@ class ReplayConfig:
                     f"{prefix}.init_from: not with method {name!r} ({method.preload_refusal})"
                 )
         knobs = {
-            k: v for k, v in data.items() if k not in ("method", "init_from") and k not in OPTIONS
+            k: v
+            for k, v in data.items()
+            if k not in ("method", "init_from", "tasks") and k not in OPTIONS
         }
         knobs_of = {m: field_names(c.Config) for m, c in METHODS.items()}
         check_registry_knobs(
@@ -291,9 +301,10 @@ class ReplayConfig:
             chosen=name,
             kind="method",
             knobs_of=knobs_of,
-            also=[*OPTIONS, "method", "init_from"],
+            also=[*OPTIONS, "method", "init_from", "tasks"],
         )
         settings = build(method.Config, knobs, prefix)
+        tasks = _task_parts(name, settings, data.get("tasks"), f"{prefix}.tasks")
         options: dict[str, OptionConfig] = {}
         for option_name, option in OPTIONS.items():
             built = build(option.Config, data.get(option_name) or {}, f"{prefix}.{option_name}")
@@ -309,7 +320,29 @@ class ReplayConfig:
                 f"{prefix}: {' and '.join(f'{n}.enabled = true' for n in scalers)}: each sets "
                 "the method's replay scale; enable one"
             )
-        return cls(name, settings, options, init_from)
+        return cls(name, settings, options, init_from, tasks)
+
+
+def _task_parts(method: str, settings: MethodConfig, data: Any, prefix: str) -> ReplayTasksConfig:
+    """`replay.tasks`, refused by name where the method's table cannot take the parts."""
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"{prefix} = {data!r}: expected a mapping {{balance, capacity}}")
+    tasks: ReplayTasksConfig = build(ReplayTasksConfig, data or {}, prefix)
+    parts = tasks.parts()
+    if parts is None:
+        return tasks
+    cls = method_class(method)
+    if cls.consumes_rollouts:
+        raise ConfigError(
+            f"{prefix}: not with method {method!r} (it trains each rollout once, in generation "
+            "order: there is no stored table to balance)"
+        )
+    spec = cls.table_spec(settings, MethodContext(batch_size=1, rollouts_per_step=1))
+    try:  # built only to ask the parts whether they fit the method's sampler
+        dataclasses.replace(spec, tasks=parts).build()
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return tasks
 
 
 @dataclass

@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llm_replay.config.parse import ConfigError, did_you_mean
+from llm_replay.buffer.task_parts import TaskParts
+from llm_replay.config.parse import ConfigError, did_you_mean, setting
 
 MEMBER_KEYS = (
     "weight",
@@ -163,3 +164,23 @@ def check_mixture_fields(task: Any, defaults: Any) -> None:
                 f"{name} = {value!r}: a single-task field, ignored by kind 'mixture'; set it "
                 "per member under task.members.NAME"
             )
+
+
+@dataclass
+class ReplayTasksConfig:
+    """`replay.tasks:` the replay table's per-task parts, for a run on a mixture of tasks."""
+
+    balance: bool = setting(
+        False, "draw a task uniformly among those stored, then a row within it (TaskBalanced)"
+    )
+    capacity: bool = setting(
+        False, "hold each of the k stored tasks to N/k rows of the table, oldest first"
+    )
+
+    def check(self) -> None:
+        pass
+
+    def parts(self) -> TaskParts | None:
+        """The table parts, or None when neither is on."""
+        parts = TaskParts(balance=self.balance, capacity=self.capacity)
+        return parts if parts.active else None

@@ -267,6 +267,7 @@ def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) 
 def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any]:
     """Compare what has finished; write `summary.json` and the plots to `dest` (default: the
     experiment's `out`)."""
+    from llm_replay.experiments.members import members_reading, plot_members
     from llm_replay.experiments.report import plot_experiment
 
     runs: dict[str, list[RunCurves]] = {}
@@ -299,6 +300,9 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
             sweep=experiment.baseline_sweep,
             bases=list(dict.fromkeys([*experiment.bases, "mu_5"])),
         )
+    members = members_reading(runs, experiment.baseline)  # a mixture: each member as a task
+    if members is not None:
+        summary["members"] = members
     summary["experiment"] = {
         "name": experiment.name,
         "seeds": list(experiment.seeds),
@@ -323,4 +327,7 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
     dest.mkdir(parents=True, exist_ok=True)
     (dest / SUMMARY_FILE).write_text(json.dumps(summary, indent=1) + "\n")
     summary["plots"] = [str(p) for p in plot_experiment(experiment, runs, summary, dest)]
+    if members is not None:
+        plots = plot_members(runs, experiment.baseline, experiment.name, dest)
+        summary["plots"] += [str(p) for p in plots]
     return summary

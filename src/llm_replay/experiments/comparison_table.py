@@ -96,6 +96,10 @@ def print_comparison(summary: dict[str, Any]) -> None:
         console.print(note, markup=False)
     if summary.get("envelope"):
         console.print("\n".join(tuned.note_lines(summary["envelope"])), markup=False)
+    if summary.get("members"):
+        from llm_replay.experiments.members import members_markdown
+
+        console.print("\n" + members_markdown(summary["members"]), markup=False)
 
 
 def _tuned_head(summary: dict[str, Any], short: bool = False) -> list[str]:
@@ -203,6 +207,10 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
         lines.append(f"\n{note}")
     if summary.get("envelope"):
         lines += ["", *tuned.note_lines(summary["envelope"])]
+    if summary.get("members"):  # a mixture: each member read as a task
+        from llm_replay.experiments.members import members_markdown
+
+        lines += ["", members_markdown(summary["members"])]
     missing = summary["experiment"].get("unfinished_runs") or []
     if missing:
         lines.append(f"\nNot finished yet ({len(missing)}): " + ", ".join(missing))

@@ -34,6 +34,7 @@ that can move toward on-policy says so with `scales_replay` and `set_replay_scal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from abc import ABC, abstractmethod
@@ -45,6 +46,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 import numpy as np
 
 from llm_replay.buffer import ReplayTable, Sample
+from llm_replay.buffer.task_parts import TaskParts
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.signals import RunSignals
 from llm_replay.methods.table_spec import TableSpec
@@ -117,6 +119,7 @@ class MethodContext:
     group_size: int = 8
     seed: int = 0
     advantage: str = "grpo"
+    tasks: TaskParts | None = None  # `replay.tasks`: the table's per-task parts, or none
     signals: RunSignals = field(default_factory=RunSignals, compare=False)
     services: RunServices = field(default_factory=RunServices, compare=False)
 
@@ -163,9 +166,18 @@ class ReplayMethod(ABC, Generic[SettingsT]):
     def table_spec(cls, settings: Any, context: MethodContext) -> TableSpec:
         """What this method's table is (`methods.table_spec`); `settings` is its `Config`."""
 
+    @classmethod
+    def resolved_spec(cls, settings: Any, context: MethodContext) -> TableSpec:
+        """`table_spec` with the run's per-task table parts (`context.tasks`): the spec every
+        host builds. A method that trains each rollout once keeps its queue as it is."""
+        spec = cls.table_spec(settings, context)
+        if context.tasks is None or not context.tasks.active or cls.consumes_rollouts:
+            return spec
+        return dataclasses.replace(spec, tasks=context.tasks)
+
     @property
     def spec(self) -> TableSpec:
-        return self.table_spec(self.settings, self.context)
+        return self.resolved_spec(self.settings, self.context)
 
     @property
     def table(self) -> ReplayTable:

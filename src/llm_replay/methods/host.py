@@ -34,6 +34,7 @@ import numpy as np
 
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.buffer.checkpoint import atomic_directory
+from llm_replay.buffer.task_parts import TaskParts
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import MethodConfig, MethodContext, OptionConfig
 from llm_replay.methods.pipeline import ReplayPipeline
@@ -51,6 +52,7 @@ class RunShape:
     group_size: int
     seed: int = 0
     advantage: str = "grpo"
+    tasks: TaskParts | None = None  # per-task table parts (`replay.tasks`)
 
     def context(self) -> MethodContext:
         return MethodContext(
@@ -59,6 +61,7 @@ class RunShape:
             group_size=self.group_size,
             seed=self.seed,
             advantage=self.advantage,
+            tasks=self.tasks,
         )
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_replay.buffer import PositiveRetention
+from llm_replay.buffer import PositiveRetention, TaskCapacity
 from llm_replay.methods.base import MethodConfigError, MethodContext, RatioKnobs, TableReplay, knob
 from llm_replay.methods.registry import register
 from llm_replay.methods.table_spec import TableSpec
@@ -45,5 +45,7 @@ class PositiveReplay(TableReplay[PositiveConfig]):
         sampled once per rollout added, on-policy in expectation."""
         super().set_replay_scale(scale)
         remover = self.table.remover
+        if isinstance(remover, TaskCapacity):  # `replay.tasks.capacity` wraps the retention
+            remover = remover.inner
         if isinstance(remover, PositiveRetention):
             remover.set_delta(scale * self.settings.delta)

@@ -34,6 +34,13 @@ policy) are one-sample estimates of the policy's entropy that cost nothing extra
 `metrics()` puts their weighted means in the run's log as `signals/...`, so what a method saw
 can be plotted beside what it did.
 
+On a mixture of tasks (rows tagged with more than one task) the signals also hold each task's
+own (issue #56): per round, `round.task_pass_rates` (the share of the task's fresh rows that are
+correct); per step, `step_tasks[task]` with the task's `share` of the trained rows, its
+`replayed_fraction` and `age_mean`; and `task_mean(task, key)`, their weighted means (key
+`pass_rate`, `share`, `replayed_fraction`, `age_mean`), logged as `signals/task/<task>/<key>`.
+A single-task run has none of them.
+
 Decisions: the signals hold summaries, not rollouts (the table holds those); their state is
 saved with the method's so that a resumed run's method reads what the uninterrupted one would.
 A round's pass rates are per group, with a stable per-prompt key (`buffer.prompt_index.prompt_key`,
@@ -98,6 +105,7 @@ class RoundStats:
     zero_variance_share: float = math.nan
     entropy: float = math.nan
     rollouts: int = 0
+    task_pass_rates: dict[str, float] = field(default_factory=dict)  # a mixture's, per task
 
     @classmethod
     def of(cls, fresh: RolloutBatch) -> RoundStats:
@@ -121,7 +129,18 @@ class RoundStats:
             zero_variance_share=float(fresh.uninformative_groups()[1].mean()),
             entropy=float(-tokens.mean()) if tokens.size else math.nan,
             rollouts=len(fresh),
+            task_pass_rates=_per_task(fresh.task_codes, fresh.task_names, passed),
         )
+
+
+def _per_task(codes: np.ndarray, names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
+    """Each tagged task's mean of `values` over its rows; empty unless rows of two or more
+    tasks are present (a single-task run has no per-task signals)."""
+    present = np.unique(codes)
+    tagged = [int(c) for c in present if names[int(c)]]
+    if len(present) < 2 or not tagged:
+        return {}
+    return {names[c]: float(values[codes == c].mean()) for c in tagged}
 
 
 class RunSignals:
@@ -136,6 +155,7 @@ class RunSignals:
         self.rounds = 0
         self.step: dict[str, float] = {}
         self.round = RoundStats()
+        self.step_tasks: dict[str, dict[str, float]] = {}  # a mixture's, per task (docstring)
         self.trained_tokens = 0.0  # completion tokens of every trained sample, summed
         self._sums: dict[str, list[float]] = {}  # key: [weighted sum, weight]
         self._first: dict[str, float] = {}
@@ -168,16 +188,25 @@ class RunSignals:
             step["completion_length"] = float(sample.completion_lengths.mean())
             self.trained_tokens += float(sample.completion_lengths.sum())
         for key, value in step.items():
-            total = self._sums.setdefault(key, [0.0, 0.0])
-            total[0] = self.decay * total[0] + value
-            total[1] = self.decay * total[1] + 1.0
-            self._first.setdefault(key, value)
+            self._add(key, value)
         self.step = step
+        self.step_tasks = _step_tasks(sample) if len(sample) else {}
+        for task, stats in self.step_tasks.items():
+            for key, value in stats.items():
+                self._add(f"task/{task}/{key}", value)
         self.steps += 1
+
+    def _add(self, key: str, value: float) -> None:
+        total = self._sums.setdefault(key, [0.0, 0.0])
+        total[0] = self.decay * total[0] + value
+        total[1] = self.decay * total[1] + 1.0
+        self._first.setdefault(key, value)
 
     def record_round(self, fresh: RolloutBatch) -> None:
         self.round = RoundStats.of(fresh)
         self.rounds += 1
+        for task, rate in self.round.task_pass_rates.items():
+            self._add(f"task/{task}/pass_rate", rate)
         for key, value in (
             ("round_reward_mean", self.round.reward_mean),
             ("round_entropy", self.round.entropy),
@@ -191,6 +220,16 @@ class RunSignals:
         """The exponentially weighted mean of a step statistic, or None before it was seen."""
         total = self._sums.get(key)
         return None if total is None or total[1] == 0 else total[0] / total[1]
+
+    def task_mean(self, task: str, key: str) -> float | None:
+        """A task's weighted mean of `pass_rate` (per round), `share`, `replayed_fraction` or
+        `age_mean` (per step), or None before the task was seen (or in a single-task run)."""
+        return self.mean(f"task/{task}/{key}")
+
+    def tasks(self) -> list[str]:
+        """The tasks the signals have seen, in the order they first appeared."""
+        seen = (k.split("/")[1] for k in self._sums if k.startswith("task/"))
+        return list(dict.fromkeys(seen))
 
     def first(self, key: str) -> float | None:
         """The first value seen of a step statistic or of `round_<stat>` (the run's start)."""
@@ -206,6 +245,9 @@ class RunSignals:
             value = self.mean(key)
             if value is not None:
                 out[f"signals/{key}"] = value
+        for key, total in self._sums.items():
+            if key.startswith("task/") and total[1] > 0:
+                out[f"signals/{key}"] = total[0] / total[1]
         if self.rounds:
             for key in ("zero_variance_share", "entropy", "reward_mean"):
                 value = getattr(self.round, key)
@@ -223,6 +265,7 @@ class RunSignals:
             "rounds": self.rounds,
             "trained_tokens": self.trained_tokens,
             "step": dict(self.step),
+            "step_tasks": {k: dict(v) for k, v in self.step_tasks.items()},
             "round": {
                 **{k: _json(v) for k, v in asdict(self.round).items()},
                 "prompt_keys": [q.hex() for q in self.round.prompt_keys],
@@ -238,11 +281,36 @@ class RunSignals:
         self.steps, self.rounds = int(state["steps"]), int(state["rounds"])
         self.trained_tokens = float(state.get("trained_tokens", 0.0))  # absent before #38
         self.step = {str(k): float(v) for k, v in state["step"].items()}
+        self.step_tasks = {  # absent before #56
+            str(t): {str(k): float(v) for k, v in stats.items()}
+            for t, stats in state.get("step_tasks", {}).items()
+        }
         saved: dict[str, Any] = {k: math.nan if v is None else v for k, v in state["round"].items()}
         saved["prompt_keys"] = [bytes.fromhex(q) for q in saved["prompt_keys"]]
         self.round = RoundStats(**saved)
         self._sums = {str(k): [float(x) for x in v] for k, v in state["sums"].items()}
         self._first = {str(k): float(v) for k, v in state["first"].items()}
+
+
+def _step_tasks(sample: Sample) -> dict[str, dict[str, float]]:
+    """Per tagged task of a trained sample: its share of the rows, replayed fraction and mean
+    age; empty unless rows of two or more tasks are present."""
+    codes = np.asarray(sample.task_codes)
+    present = np.unique(codes)
+    if len(present) < 2:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for code in present.tolist():
+        name = sample.task_names[int(code)]
+        if not name:
+            continue
+        rows = codes == code
+        out[name] = {
+            "share": float(rows.mean()),
+            "replayed_fraction": float((sample.times_sampled[rows] > 1).mean()),
+            "age_mean": float(sample.ages[rows].mean()),
+        }
+    return out
 
 
 def _json(value: Any) -> Any:

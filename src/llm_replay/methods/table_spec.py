@@ -19,6 +19,7 @@ from typing import Any, Literal
 from llm_replay.buffer import RateLimiter, ReplayTable
 from llm_replay.buffer.removers import make_remover
 from llm_replay.buffer.samplers import make_sampler
+from llm_replay.buffer.task_parts import TaskParts
 
 Preset = Literal["queue", "uniform", "positive_biased", "prioritized", "table"]
 
@@ -32,6 +33,7 @@ class TableSpec:
     preset: Preset
     max_rollouts: int
     arguments: Mapping[str, Any] = field(default_factory=dict)
+    tasks: TaskParts | None = None  # `replay.tasks`: per-task draws and capacity (the run's)
 
     def build(self, rate_limiter: RateLimiter | None = None) -> ReplayTable:
         """A new, empty table; `rate_limiter` replaces the preset's own (a queue keeps its)."""
@@ -43,6 +45,11 @@ class TableSpec:
             remover = kwargs.pop("remover", None)
             if remover is not None:
                 kwargs["remover"] = make_remover(remover[0], **remover[1])
-            return ReplayTable(self.max_rollouts, sampler=make_sampler(name, **config), **kwargs)
+            kwargs["sampler"] = make_sampler(name, **config)
+            if self.tasks is not None:
+                kwargs = self.tasks.wrap(kwargs)
+            return ReplayTable(self.max_rollouts, **kwargs)
+        if self.tasks is not None:
+            kwargs["tasks"] = self.tasks
         table: ReplayTable = getattr(ReplayTable, self.preset)(self.max_rollouts, **kwargs)
         return table

@@ -141,6 +141,7 @@ def run_shape(config: Config) -> RunShape:
         group_size=config.generation.group_size,
         seed=config.train.seed,
         advantage=config.algorithm.advantage,
+        tasks=config.replay.tasks.parts(),
     )
 
 
@@ -183,7 +184,7 @@ def build_learner_parts(
 
 def table_spec(config: Config) -> TableSpec:
     """What the configured method's table is, without building the method."""
-    return config.replay.method_class.table_spec(config.replay.settings, method_context(config))
+    return config.replay.method_class.resolved_spec(config.replay.settings, method_context(config))
 
 
 def build_replay(config: Config) -> ReplayHost:

@@ -85,6 +85,15 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         },
     )
 
+    replay_task_column: str | None = field(
+        default=None,
+        metadata={
+            "help": "a train-dataset column naming each row's task (a mixture's member): the "
+            "rollouts carry it, so replay_knobs.tasks ({'balance': true, 'capacity': true}) "
+            "balances and caps the table per task"
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         self.replay = self.replay_config()

@@ -34,6 +34,7 @@ ROUND_KEYS = (
     "advantages",
     "rewards",
     "group_ids",
+    "task_codes",
 )
 
 
@@ -64,16 +65,24 @@ def behaviour_or_zeros(out: Mapping[str, Any]) -> Tensor:
 
 
 def local_round(
-    out: Mapping[str, Any], rewards: Tensor, group_ids: Tensor, behaviour: Tensor
+    out: Mapping[str, Any],
+    rewards: Tensor,
+    group_ids: Tensor,
+    behaviour: Tensor,
+    task_codes: Tensor | None = None,
 ) -> dict[str, Tensor]:
-    """This process's rows of one round, as the tensors `gather_round` gathers."""
+    """This process's rows of one round, as the tensors `gather_round` gathers; `task_codes`:
+    each row's task (`tasks.TaskColumn`), or none (code 0 for every row)."""
     for key in ("tool_mask", "pixel_values"):
         if key in out:
             raise ValueError(
                 f"{key}: replay of tool-calling or multimodal rollouts is not supported yet"
             )
     rows = out["completion_ids"].shape[0]
-    for name, value in (("rewards", rewards), ("group_ids", group_ids)):
+    device = out["advantages"].device
+    if task_codes is None:
+        task_codes = torch.zeros(rows, dtype=torch.int64, device=device)
+    for name, value in (("rewards", rewards), ("group_ids", group_ids), ("tasks", task_codes)):
         if value.shape[0] != rows:
             raise ValueError(f"{name}: {value.shape[0]} rows for {rows} completions")
     return {
@@ -85,6 +94,7 @@ def local_round(
         "advantages": out["advantages"].reshape(rows).to(torch.float64),
         "rewards": rewards.to(device=out["advantages"].device, dtype=torch.float64),
         "group_ids": group_ids.to(device=out["advantages"].device, dtype=torch.int64),
+        "task_codes": task_codes.to(device=device, dtype=torch.int64),
     }
 
 
@@ -107,7 +117,7 @@ def gather_round(accelerator: Any, local: dict[str, Tensor], pad_id: int) -> dic
         ),
         "behaviour": accelerator.pad_across_processes(local["behaviour"], dim=1, pad_index=0),
     }
-    padded.update({k: local[k] for k in ("advantages", "rewards", "group_ids")})
+    padded.update({k: local[k] for k in ("advantages", "rewards", "group_ids", "task_codes")})
     return {k: accelerator.gather(padded[k]) for k in ROUND_KEYS}
 
 
@@ -127,9 +137,10 @@ def to_rollouts(
     eos_token_ids: Sequence[int],
     order: np.ndarray | None = None,
     reward_version: int = 0,
+    task_names: Sequence[str] = ("",),
 ) -> RolloutBatch:
     """The gathered round as validated rollouts (advantages as TRL computed them), their rewards
-    from reward-model version `reward_version`."""
+    from reward-model version `reward_version`, tagged by `task_names[task code]`."""
     data = {k: v.detach().cpu().numpy() for k, v in round_.items()}
     if order is not None:
         data = {k: v[order] for k, v in data.items()}
@@ -152,6 +163,7 @@ def to_rollouts(
         finish_reasons=["stop" if len(c) and int(c[-1]) in eos else "length" for c in completions],
         allow_empty=True,
         reward_versions=np.full(len(rewards), reward_version, dtype=np.int64),
+        tasks=[task_names[int(c)] for c in data["task_codes"]] if len(task_names) > 1 else "",
     )
 
 

@@ -39,8 +39,9 @@ from llm_replay.metrics import ComputeMeter, MetricsLogger
 from llm_replay.runtime.components import Policy
 from llm_replay.runtime.layout import SUMMARY_FILE, TRL_DIR
 from llm_replay.runtime.loop import RunRecords
-from llm_replay.tasks import SafeScorer, build_scorer, build_verifier
+from llm_replay.tasks import SafeScorer, build_scorer, build_verifier, task_tag
 
+TASK_COLUMN = "task"  # the dataset column naming a mixture row's member (replay_task_column)
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
 PREFERENCE_REFUSED = (
     "preference.enabled = true: not through TRL. TRL's online DPO trainer "
@@ -134,6 +135,7 @@ def trl_arguments(
         replay_correct_threshold=correct_threshold,
         replay_adaptive=dataclasses.asdict(g.adaptive),
         replay_token_control=dataclasses.asdict(a.token_controls()),
+        replay_task_column=TASK_COLUMN if config.task.kind == "mixture" else None,
     )
 
 
@@ -149,9 +151,13 @@ class TRLRun(RunRecords):
         self.policy = Policy.load(config)
         self.scorer = build_scorer(config, self.policy.task)
         problems = list(self.policy.task.train)
-        dataset = Dataset.from_dict(
-            {"prompt": [p.prompt for p in problems], "problem": list(range(len(problems)))}
-        )
+        columns: dict[str, list[Any]] = {
+            "prompt": [p.prompt for p in problems],
+            "problem": list(range(len(problems))),
+        }
+        if config.task.kind == "mixture":  # each row's member tags its rollouts
+            columns[TASK_COLUMN] = [task_tag(p) for p in problems]
+        dataset = Dataset.from_dict(columns)
 
         def reward(completions: list[str], problem: list[int], **_: Any) -> list[float]:
             scores = self.scorer.score(completions, [problems[i] for i in problem])

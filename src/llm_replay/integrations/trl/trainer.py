@@ -52,6 +52,7 @@ from llm_replay.integrations.trl.rounds import (
     to_rollouts,
     to_trl_inputs,
 )
+from llm_replay.integrations.trl.tasks import TaskColumn
 from llm_replay.integrations.trl.token_control import (
     BEHAVIOUR_KEY,
     RAW_ADVANTAGES_KEY,
@@ -92,6 +93,12 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             group_size=self.num_generations,
             seed=a.seed,
             advantage=a.advantage_estimator,
+            tasks=a.replay.tasks.parts(),
+        )
+        self.tasks = (
+            None
+            if a.replay_task_column is None
+            else TaskColumn(a.replay_task_column, self.train_dataset)
         )
         self.host = ReplayHost.build(a.replay.method, a.replay.settings, a.replay.options, shape)
         self.host.refuse_restarts(
@@ -328,9 +335,14 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             torch.arange(first, first + rows, device=out["completion_ids"].device)
             // self.num_generations
         )
+        if self.tasks is not None:
+            device = out["completion_ids"].device
+            out["replay_tasks"] = self.tasks.codes(generation_batch, device)
         out = shuffle_sequence_dict(out)  # TRL shuffles each generation batch before splitting
         behaviour = behaviour_or_zeros(out)
-        local = local_round(out, out["replay_rewards"], out["replay_groups"], behaviour)
+        local = local_round(
+            out, out["replay_rewards"], out["replay_groups"], behaviour, out.get("replay_tasks")
+        )
         gathered = gather_round(self.accelerator, local, self._tokenizer.pad_token_id)
         total = gathered["completion_ids"].shape[0]
         fresh = to_rollouts(
@@ -340,6 +352,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             eos_token_ids=self.eos_token_ids,
             order=step_major(total, processes, self.args.per_device_train_batch_size),
             reward_version=self.reward_version,
+            task_names=self._task_names,
         )
         self.rounds += 1
         self.last_round_reward = float(fresh.rewards.mean())
@@ -392,15 +405,22 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         if self._rewards is None:
             raise RuntimeError("TRL returned completions without calling _calculate_rewards")
         behaviour = behaviour_or_zeros(out)
-        groups = torch.as_tensor(group_ids, device=out["completion_ids"].device)
-        local = local_round(out, self._rewards, groups, behaviour)
+        device = out["completion_ids"].device
+        groups = torch.as_tensor(group_ids, device=device)
+        tasks = None if self.tasks is None else self.tasks.codes(rows, device)
+        local = local_round(out, self._rewards, groups, behaviour, tasks)
         return to_rollouts(
             local,
             policy_version=self.state.global_step,
             correct_threshold=self.args.replay_correct_threshold,
             eos_token_ids=self.eos_token_ids,
             reward_version=self.reward_version,
+            task_names=self._task_names,
         )
+
+    @property
+    def _task_names(self) -> tuple[str, ...]:
+        return ("",) if self.tasks is None else self.tasks.names
 
     def _micro_batch(self, sample: Sample) -> dict[str, Any]:
         a = self.args
@@ -475,7 +495,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         out = {
             f"replay/{k}": float(v)
             for k, v in self.host.metrics().items()
-            if not k.startswith("buffer/") or k in BUFFER_METRICS
+            if not k.startswith("buffer/") or k in BUFFER_METRICS or k.startswith("buffer/task/")
         }
         c = self.meter.counts
         if self.adaptive is not None:
