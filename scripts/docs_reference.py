@@ -13,11 +13,11 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 from llm_replay.algorithms.losses import describe_losses
+from llm_replay.algorithms.losses.pairs import describe_pair_losses
 from llm_replay.cli.commands import build_parser
 from llm_replay.config.describe import config_fields
 from llm_replay.config.recipes import RECIPES
 from llm_replay.methods import describe
-from llm_replay.preference.losses import describe_pair_losses
 
 
 def _cell(value: Any) -> str:

@@ -1,5 +1,6 @@
-"""Layering: no import cycle anywhere in src (imports inside functions included), the buffer
-imports nothing of llm_replay above it, and the light modules load without torch."""
+"""Layering: the packages in layers declared once (`LAYERS`), every import (inside functions
+included) from a package to one strictly below it, so no package imports upward and packages
+have no cycles; no import cycle between modules either; the light modules load without torch."""
 
 from __future__ import annotations
 
@@ -12,13 +13,20 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "llm_replay"
-BELOW_BUFFER = {
-    "llm_replay.data",
-    "llm_replay.data.batch",
-    "llm_replay.data.rollout",
-    "llm_replay.data.validation",
-    "llm_replay",
-}
+LAYERS: list[set[str]] = [  # bottom first; a top-level module is a package of its own
+    {"data", "near_miss", "metrics", "generation", "algorithms"},
+    {"llm_replay", "buffer", "models"},
+    {"tasks", "learner", "methods"},
+    {"evaluation"},
+    {"config"},
+    {"preference"},
+    {"runtime"},
+    {"rescore", "terminal"},
+    {"integrations"},
+    {"experiments"},
+    {"cli"},
+]
+LAYER_OF = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 
 
 def module_name(path: Path) -> str:
@@ -73,11 +81,32 @@ def test_no_import_cycles_between_modules() -> None:
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph) or [])
 
 
-def test_the_buffer_imports_nothing_above_it() -> None:
+def package_of(module: str) -> str:
+    """`llm_replay.buffer.table` -> `buffer`; the package's own `__init__` -> `llm_replay`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_every_package_is_in_exactly_one_layer() -> None:
+    packages = {package_of(m) for m in import_graph()}
+    assert packages == set(LAYER_OF), (
+        f"not in a layer: {sorted(packages - set(LAYER_OF))}; "
+        f"no such package: {sorted(set(LAYER_OF) - packages)}"
+    )
+    assert sum(len(layer) for layer in LAYERS) == len(LAYER_OF)
+
+
+def test_every_import_goes_to_a_lower_layer() -> None:
+    """So no package imports upward, and the packages have no cycle: a package imports only its
+    own modules and packages of strictly lower layers (lazy imports included)."""
+    upward = []
     for name, targets in import_graph().items():
-        if name.startswith("llm_replay.buffer"):
-            above = {t for t in targets if not t.startswith("llm_replay.buffer")} - BELOW_BUFFER
-            assert not above, f"{name} imports {sorted(above)}"
+        here = package_of(name)
+        for target in targets:
+            there = package_of(target)
+            if there != here and LAYER_OF[there] >= LAYER_OF[here]:
+                upward.append(f"{name} -> {target} (layer {LAYER_OF[here]} -> {LAYER_OF[there]})")
+    assert not upward, "\n".join(upward)
 
 
 def test_nothing_outside_the_cli_imports_it() -> None:

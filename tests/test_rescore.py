@@ -15,7 +15,7 @@ from llm_replay.config import load_config
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.models import build_char_tokenizer, encode_prompts
 from llm_replay.rescore import rescore_table
-from llm_replay.tasks import build_task
+from llm_replay.runtime.task_builder import build_task
 from llm_replay.tasks.reward_model import RewardModel
 from tests.conftest import make_batch
 

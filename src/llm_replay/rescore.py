@@ -91,7 +91,7 @@ def task_reward_fn(config: Any) -> RewardFn:
 
     from llm_replay.models import encode_prompts
     from llm_replay.models.loading import resolve_model_path
-    from llm_replay.tasks import build_scorer, build_task
+    from llm_replay.runtime.task_builder import build_scorer, build_task
     from llm_replay.tasks.reward_model import ModelScorer
 
     task = build_task(config)

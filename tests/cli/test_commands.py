@@ -201,7 +201,7 @@ def test_losses_lists_the_registry_as_a_table_and_as_json(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from llm_replay.algorithms.losses import LOSSES
-    from llm_replay.preference.losses import PAIR_LOSSES
+    from llm_replay.algorithms.losses.pairs import PAIR_LOSSES
 
     assert main(["losses", "--json"]) == 0
     entries = json.loads(capsys.readouterr().out)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from llm_replay.algorithms.losses.pairs import build_pair_loss
 from llm_replay.buffer import Sample
 from llm_replay.config import load_config
 from llm_replay.models import load_policy
 from llm_replay.preference.files import file_pairs
-from llm_replay.preference.losses import build_pair_loss
 from llm_replay.preference.pairs import ReferenceScorer
 from llm_replay.preference.step import preference_step
 from llm_replay.runtime.components import build_learner

@@ -12,8 +12,8 @@ import pytest
 from llm_replay.buffer import Sample
 from llm_replay.config.files import PRESETS_DIR
 from llm_replay.metrics import read_log
-from llm_replay.preference.trainer import PreferenceTrainer
 from llm_replay.runtime import SyncTrainer
+from llm_replay.runtime.preference import PreferenceTrainer
 from tests.conftest import tiny_config
 
 PRESETS = sorted(PRESETS_DIR.glob("*.yaml"))

@@ -12,7 +12,8 @@ import pytest
 from llm_replay.config import load_config
 from llm_replay.evaluation import accuracy_by_task
 from llm_replay.runtime import SyncTrainer
-from llm_replay.tasks import TASK_TAG, MixtureTask, Problem, TaskError, build_task, task_tag
+from llm_replay.runtime.task_builder import build_task
+from llm_replay.tasks import TASK_TAG, MixtureTask, Problem, TaskError, task_tag
 from llm_replay.tasks.mixture import weighted_draws, weighted_round_robin
 from tests.conftest import tiny_config
 

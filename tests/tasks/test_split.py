@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llm_replay.config import ConfigError, config_from_dict
-from llm_replay.tasks import DatasetTask, Problem, ReasoningGymTask, TaskError, build_task
+from llm_replay.runtime.task_builder import build_task
+from llm_replay.tasks import DatasetTask, Problem, ReasoningGymTask, TaskError
 from llm_replay.tasks.builtin import CHAIN_SUM, chain_sum_task
 from llm_replay.tasks.split import fill_split, hash_fraction, in_eval_side, partition_rows
 
@@ -106,14 +107,14 @@ def test_a_tiny_space_warns_in_the_run_log(caplog: pytest.LogCaptureFixture) -> 
             }
         }
     )
-    with caplog.at_level(logging.WARNING, logger="llm_replay.tasks.builder"):
+    with caplog.at_level(logging.WARNING, logger="llm_replay.runtime.task_builder"):
         task = build_task(config)
     assert len(task.train) == 2000
     assert any(
         "train split" in r.getMessage() and "unique" in r.getMessage() for r in caplog.records
     )
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="llm_replay.tasks.builder"):
+    with caplog.at_level(logging.WARNING, logger="llm_replay.runtime.task_builder"):
         assert build_task(config, quiet=True).train == task.train  # a reader, not a run
     assert not caplog.records
 

@@ -146,7 +146,7 @@ def test_crashing_and_hanging_rewards_are_survived_and_counted(
 
 def test_binary_reward_turns_partial_credit_into_exact_match() -> None:
     from llm_replay.config import ConfigError, load_config
-    from llm_replay.tasks import build_scorer, build_task
+    from llm_replay.runtime.task_builder import build_scorer, build_task
 
     overrides = [
         "task.dataset=spell_backward",

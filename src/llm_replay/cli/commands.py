@@ -141,7 +141,7 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 def cmd_losses(args: argparse.Namespace) -> int:
     from llm_replay.algorithms.losses import describe_losses
-    from llm_replay.preference.losses import describe_pair_losses
+    from llm_replay.algorithms.losses.pairs import describe_pair_losses
 
     def row(entry: dict[str, Any], knobs: str) -> tuple[str, ...]:
         clip = entry["default_clip"]

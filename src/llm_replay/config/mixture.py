@@ -17,11 +17,13 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from llm_replay.buffer.task_parts import TaskParts
 from llm_replay.config.parse import ConfigError, did_you_mean, setting
+from llm_replay.tasks.builtin import ANSWER_TOKENS, BUILTIN_TASKS
+from llm_replay.tasks.mixture import MemberSpec
 
 MEMBER_KEYS = (
     "weight",
@@ -47,19 +49,6 @@ SINGLE_TASK_FIELDS = (
 default is refused rather than silently dropped."""
 
 
-@dataclass(frozen=True)
-class MemberSpec:
-    """One member of a task mixture: its name (the rollouts' task tag), weight and generator."""
-
-    name: str
-    weight: float
-    dataset: str
-    params: dict[str, Any] = field(default_factory=dict)
-    prompt_template: str = "{question}"
-    strip_spaces: bool = False
-    answer_tokens: int | None = None  # the longest answer + EOS, in tokens; None: unknown
-
-
 def parse_members(members: Mapping[Any, Any], prefix: str = "members") -> tuple[MemberSpec, ...]:
     """The mixture's members in their written order; a ConfigError names the first bad field."""
     if not members:
@@ -71,8 +60,6 @@ def parse_members(members: Mapping[Any, Any], prefix: str = "members") -> tuple[
 
 
 def _member(name: Any, spec: Any, prefix: str) -> MemberSpec:
-    from llm_replay.tasks.builtin import ANSWER_TOKENS, BUILTIN_TASKS  # tasks build on config
-
     if not isinstance(name, str) or not name or "/" in name or name != name.strip():
         raise ConfigError(
             f"{prefix}: member name {name!r} must be a non-empty string without '/' or spaces "

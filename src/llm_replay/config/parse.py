@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import math
 import re
 import types
@@ -23,6 +22,8 @@ import yaml
 
 from llm_replay.algorithms.losses import LossConfigError
 from llm_replay.methods import MethodConfigError
+from llm_replay.near_miss import closest as closest
+from llm_replay.near_miss import did_you_mean as did_you_mean
 
 
 class ConfigError(ValueError):
@@ -48,21 +49,6 @@ _YAML12Loader.add_implicit_resolver(
 def load_yaml(text: str) -> Any:
     """Parse YAML with no code execution (safe) and YAML 1.2's booleans (`_YAML12Loader`)."""
     return yaml.load(text, Loader=_YAML12Loader)
-
-
-def closest(word: object, choices: Iterable[str]) -> str | None:
-    """The choice nearest a mistyped name (`difflib`'s close match), or None when none is near:
-    the one near-miss rule for every name a user types (a config key, a preset, a method, a
-    task, an experiment's row)."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1)
-    return close[0] if close else None
-
-
-def did_you_mean(word: object, choices: Iterable[str], *, prefix: str = "") -> str:
-    """`; did you mean 'PREFIX+CHOICE'?` for `closest(word, choices)`, or '' when none is near:
-    the tail of a one-line error about a name."""
-    close = closest(word, choices)
-    return "" if close is None else f"; did you mean {prefix + close!r}?"
 
 
 def setting(

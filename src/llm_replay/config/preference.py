@@ -91,7 +91,7 @@ class PreferenceConfig:
             if value not in allowed:
                 hint = did_you_mean(value, allowed)
                 raise ConfigError(f"{name} = {value!r}: choose one of {allowed}{hint}")
-        from llm_replay.preference.losses import PAIR_LOSSES
+        from llm_replay.algorithms.losses.pairs import PAIR_LOSSES
 
         if self.loss not in PAIR_LOSSES:
             hint = did_you_mean(self.loss, PAIR_LOSSES)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from llm_replay.config.mixture import MemberSpec, check_mixture_fields, parse_members
+from llm_replay.config.mixture import check_mixture_fields, parse_members
 from llm_replay.config.parse import ConfigError, check_positive, did_you_mean, setting
 from llm_replay.config.prompts import AdaptiveRolloutConfig, PromptSkipConfig
+from llm_replay.tasks.mixture import MemberSpec
 
 
 def check_basis(key: str, basis: str) -> None:

@@ -88,7 +88,7 @@ def task_fingerprint(config: Any) -> str:
         [os.getcwd(), dataclasses.asdict(config.task)], sort_keys=True, default=str
     )
     if settings not in _TASK_HASHES:
-        from llm_replay.tasks.builder import build_task
+        from llm_replay.runtime.task_builder import build_task
 
         task = build_task(config, quiet=True)
         digest = hashlib.sha256()

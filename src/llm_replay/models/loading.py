@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from llm_replay.config.parse import did_you_mean
+from llm_replay.near_miss import did_you_mean
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 BUILTIN = "builtin:"

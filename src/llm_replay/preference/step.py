@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from llm_replay.algorithms.losses.pairs import PairLoss
 from llm_replay.buffer import Sample
 from llm_replay.learner import Learner
-from llm_replay.preference.losses import PairLoss
 from llm_replay.preference.pairs import sequence_logprobs
 
 

@@ -27,7 +27,7 @@ def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
 
         return RayTrainer(config, run_dir=run_dir)
     if config.preference.enabled:
-        from llm_replay.preference.trainer import PreferenceTrainer
+        from llm_replay.runtime.preference import PreferenceTrainer
 
         return PreferenceTrainer(config, run_dir=run_dir)
     from llm_replay.runtime.sync import SyncTrainer

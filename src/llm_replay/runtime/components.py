@@ -23,7 +23,8 @@ from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.methods.table_spec import TableSpec
 from llm_replay.models import encode_prompts, load_policy
 from llm_replay.runtime.rollouts import RolloutMaker
-from llm_replay.tasks import SafeScorer, Task, build_scorer, build_task, build_verifier
+from llm_replay.runtime.task_builder import build_scorer, build_task, build_verifier
+from llm_replay.tasks import SafeScorer, Task
 
 
 @dataclass

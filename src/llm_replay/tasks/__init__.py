@@ -1,7 +1,6 @@
 """Tasks: problems with reference answers, a train/eval split, and safely scored rewards."""
 
 from llm_replay.tasks.base import TASK_TAG, Problem, Task, TaskError, disjoint_train, task_tag
-from llm_replay.tasks.builder import build_scorer, build_task, build_verifier
 from llm_replay.tasks.dataset import DatasetTask, math_verify_reward, read_rows
 from llm_replay.tasks.mixture import MixtureTask
 from llm_replay.tasks.reasoning_gym import ReasoningGymTask
@@ -17,9 +16,6 @@ __all__ = [
     "SafeScorer",
     "Task",
     "TaskError",
-    "build_scorer",
-    "build_task",
-    "build_verifier",
     "disjoint_train",
     "math_verify_reward",
     "read_rows",

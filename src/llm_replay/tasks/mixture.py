@@ -26,12 +26,27 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from llm_replay.config.mixture import MemberSpec
 from llm_replay.tasks.base import TASK_TAG, Problem, SplitReport, SplitTask, TaskError
 from llm_replay.tasks.reasoning_gym import ReasoningGymTask
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """One member of a task mixture: its name (the rollouts' task tag), weight and generator."""
+
+    name: str
+    weight: float
+    dataset: str
+    params: dict[str, Any] = field(default_factory=dict)
+    prompt_template: str = "{question}"
+    strip_spaces: bool = False
+    answer_tokens: int | None = None  # the longest answer + EOS, in tokens; None: unknown
+
 
 _MIXTURE_STREAM = 0x6D6978  # "mix": the slot draws' own stream beside the members' seeds
 

@@ -15,7 +15,7 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from llm_replay.config.parse import did_you_mean
+from llm_replay.near_miss import did_you_mean
 from llm_replay.tasks.base import Problem, SplitTask, TaskError
 from llm_replay.tasks.split import fill_split
 

@@ -39,7 +39,8 @@ from llm_replay.metrics import ComputeMeter, MetricsLogger
 from llm_replay.runtime.components import Policy
 from llm_replay.runtime.layout import SUMMARY_FILE, TRL_DIR
 from llm_replay.runtime.loop import RunRecords
-from llm_replay.tasks import SafeScorer, build_scorer, build_verifier, task_tag
+from llm_replay.runtime.task_builder import build_scorer, build_verifier
+from llm_replay.tasks import SafeScorer, task_tag
 
 TASK_COLUMN = "task"  # the dataset column naming a mixture row's member (replay_task_column)
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}

@@ -1,4 +1,7 @@
-"""The task named by a run's `task:` config section."""
+"""The task named by a run's `task:` config section, and the scorers of its rewards.
+
+Here, above the config and the tasks, because it reads the one to build the other: the tasks
+package stays below the config (a task knows nothing of `Config`)."""
 
 from __future__ import annotations
 

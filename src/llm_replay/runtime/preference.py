@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.algorithms.losses.pairs import build_pair_loss
 from llm_replay.buffer import Sample
 from llm_replay.config import Config
 from llm_replay.preference.annotators import (
@@ -34,7 +35,6 @@ from llm_replay.preference.annotators import (
     VerifierAnnotator,
 )
 from llm_replay.preference.files import file_pairs
-from llm_replay.preference.losses import build_pair_loss
 from llm_replay.preference.pairs import PairMaker, ReferenceScorer
 from llm_replay.preference.replay import PairReplay
 from llm_replay.preference.step import preference_step

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from llm_replay.preference.losses import PAIR_LOSSES, build_pair_loss, describe_pair_losses
+from llm_replay.algorithms.losses.pairs import PAIR_LOSSES, build_pair_loss, describe_pair_losses
 
 MARGINS = torch.tensor([-20.0, -1.0, 0.0, 1.0, 20.0], dtype=torch.float64)
 

@@ -15,8 +15,8 @@ from llm_replay.config import ConfigError
 from llm_replay.data.rollout import ANNOTATORS
 from llm_replay.metrics import read_log
 from llm_replay.metrics.compute import cost_on_basis
-from llm_replay.preference.trainer import PreferenceTrainer
 from llm_replay.runtime import SyncTrainer, build_trainer
+from llm_replay.runtime.preference import PreferenceTrainer
 from tests.conftest import tiny_config
 from tests.runtime.test_sync import untimed_train_records
 
