@@ -313,6 +313,15 @@ class TableReplay(ReplayMethod[SettingsT]):
     becomes 1 + scale·(y − 1) and each batch is anchored on the fresh round: round((1 − scale)·B)
     of its rows are this round's rollouts, in order, each once, and the rest are drawn from the
     table. At scale 0 that is on-policy training exactly; at 1 it is the draw above, unchanged.
+
+    At scale 0 a round whose size is not a multiple of B (adaptive rollouts' rounds vary) leaves
+    its last rows untrained when the credit runs out; they are carried (by key, `carry`) to the
+    front of the next round's anchored rows, so every fresh rollout is trained once, in
+    generation order, and no batch is topped up from the table. Before, those batches were
+    filled with table draws, and `auto` trained 7-20% replayed rows after its anneal had ended
+    (issue #53). Rows the table no longer holds are dropped from the carry (there is nothing
+    left to train them from). Above scale 0 nothing is carried: the anchored share of each batch
+    is below the fresh round's size by design, and the rest of the round stays drawable.
     """
 
     async_batches: ClassVar[AsyncMode] = "table"
@@ -322,6 +331,7 @@ class TableReplay(ReplayMethod[SettingsT]):
         super().__init__(settings, context)
         self.credit = 0.0
         self.replay_scale = 1.0
+        self.carry: np.ndarray = np.zeros(0, dtype=np.int64)  # keys of untrained fresh rows
 
     @property
     def replay_ratio(self) -> float:
@@ -341,29 +351,42 @@ class TableReplay(ReplayMethod[SettingsT]):
         keys = self.table.insert(fresh)
         self.credit += ratio * len(fresh)
         anchored = round((1.0 - self.replay_scale) * batch_size)
+        rows_of, keys_of = fresh, keys
+        if self.replay_scale == 0.0 and len(self.carry):
+            carried, found = self.table.get_batch(self.carry)
+            rows_of = RolloutBatch.concat([carried, fresh])
+            keys_of = np.concatenate([self.carry[found], keys])
+        self.carry = np.zeros(0, dtype=np.int64)
         start = 0
         while self.credit >= batch_size - 1e-9:
             self.credit -= batch_size
-            take = min(anchored, len(fresh) - start)
+            take = min(anchored, len(rows_of) - start)
             if take <= 0:
                 yield self.table.sample(batch_size)
                 continue
             rows = np.arange(start, start + take)
             start += take
             own = Sample.from_batch(
-                fresh.select(rows), current_version=self.table.policy_version, keys=keys[rows]
+                rows_of.select(rows), current_version=self.table.policy_version, keys=keys_of[rows]
             )
             if take == batch_size:
                 yield own
             else:
                 yield Sample.concat([own, self.table.sample(batch_size - take)])
+        if self.replay_scale == 0.0:
+            self.carry = np.asarray(keys_of[start:], dtype=np.int64)
 
     def state(self) -> dict[str, Any]:
-        return {"credit": self.credit, "replay_scale": self.replay_scale}
+        return {
+            "credit": self.credit,
+            "replay_scale": self.replay_scale,
+            "carry": [int(k) for k in self.carry],
+        }
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.credit = float(state["credit"])
         self.replay_scale = float(state.get("replay_scale", 1.0))
+        self.carry = np.asarray(state.get("carry", []), dtype=np.int64)  # absent before #53
 
 
 @dataclass
