@@ -28,7 +28,7 @@ from torch import Tensor
 from llm_replay.algorithms.gradient_gate import HeadGradient
 from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.algorithms.losses import Loss, aggregate, build_loss, normalizer, policy_loss
-from llm_replay.algorithms.token_control import TokenControl
+from llm_replay.algorithms.token_control import TokenControl, clip_cov_generator
 from llm_replay.buffer import Sample
 from llm_replay.generation.distribution import entropy as token_entropy
 from llm_replay.generation.distribution import sampling_logprobs
@@ -185,7 +185,7 @@ class Learner:
         covariance = CovarianceSums()
         generator = None
         if s.control.mode == "clip_cov":  # a resumed run picks the tokens an unbroken one does
-            generator = torch.Generator().manual_seed(s.seed * 1_000_003 + self.version)
+            generator = clip_cov_generator(s.seed, self.version)
         tokens = float(full_mask.sum())
         with self.head_gradient:
             policy_sum = self._backward(

@@ -34,10 +34,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    import torch
     from torch import Tensor
 
 MODES = ("off", "clip_cov", "kl_cov")
 ROWS = ("replayed", "all")
+
+
+def clip_cov_generator(seed: int, step: int) -> torch.Generator:
+    """Clip-Cov's random choice of tokens for optimizer step `step` of a run seeded `seed`: one
+    formula for every front end (our learner, TRL), so a resumed run picks the tokens an
+    unbroken one does."""
+    import torch  # torch-free at import: the config reads this module
+
+    return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
 class TokenControlError(ValueError):

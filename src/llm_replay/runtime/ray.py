@@ -53,6 +53,7 @@ from llm_replay.runtime.layout import CHECKPOINT_DIR, METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WorkerHealth
 from llm_replay.runtime.ray_actors import GenerationActor, LearnerActor, TableActor
+from llm_replay.runtime.rollouts import worker_seed
 from llm_replay.runtime.shards import ShardFront, shard_config, shard_dirs
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class RayWorkerHandle:
             num_gpus=w.gpus_per_worker,
             max_concurrency=2,
         )
-        seed = self.config.train.seed * 1009 + 7 * (self.index + 1) + 104729 * self.restarts
+        seed = worker_seed(self.config.train.seed, self.index, 104729 * self.restarts)
         self.actor = remote.remote(self.config_dict, self.index, seed)
         self.alive = True
 

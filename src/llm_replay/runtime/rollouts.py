@@ -25,6 +25,13 @@ from llm_replay.tasks.reward_model import ModelScorer
 STOP = FINISH_REASONS.index("stop")
 
 
+def worker_seed(run_seed: int, index: int, incarnation: int) -> int:
+    """The sampling seed of generation worker `index` (threaded or Ray): one formula, distinct
+    per worker and per incarnation of its generator (the threaded runtime counts the learner's
+    version a worker is built at, Ray the times the actor restarted)."""
+    return run_seed * 1009 + 7 * (index + 1) + incarnation
+
+
 def prompt_indices(seed: int, num_prompts: int, start: int, count: int) -> np.ndarray:
     """Prompts `start .. start+count` of the run: consecutive slices of a seeded permutation per
     epoch of `num_prompts` train problems."""

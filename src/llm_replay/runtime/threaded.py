@@ -55,7 +55,7 @@ from llm_replay.runtime.ingest import TABLE_DIR, IngestGate, WorkerError, WorkPl
 from llm_replay.runtime.layout import CHECKPOINT_DIR, METHOD_DIR, REPLAY_DIR
 from llm_replay.runtime.loop import RunLoop, summarise_steps
 from llm_replay.runtime.protocols import WeightTransfer, WorkerHealth
-from llm_replay.runtime.rollouts import RolloutMaker
+from llm_replay.runtime.rollouts import RolloutMaker, worker_seed
 from llm_replay.runtime.weights import InProcessWeights
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ class ThreadedTrainer(RunLoop):
         for index in range(w.count):
             model = copy.deepcopy(self.model).to(device).eval()
             model.requires_grad_(False)
-            seed = self.config.train.seed * 1009 + 7 * (index + 1) + self.learner.version
+            seed = worker_seed(self.config.train.seed, index, self.learner.version)
             generator = self.policy.generator(seed, model=model)
             generator.policy_version = -1  # pulls the learner's weights before its first item
             self.workers.append(

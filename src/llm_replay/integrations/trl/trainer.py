@@ -36,6 +36,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import shuffle_sequence_dict
 
 from llm_replay.algorithms.advantages import group_advantages
+from llm_replay.algorithms.token_control import clip_cov_generator
 from llm_replay.buffer import Sample
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.integrations.trl.adaptive import TRLStages, one_input_per_prompt, shuffled
@@ -273,8 +274,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             return None
         step = int(self.state.global_step)
         if self._control_generator is None or self._control_generator[0] != step:
-            seed = self.args.seed * 1_000_003 + step
-            self._control_generator = (step, torch.Generator().manual_seed(seed))
+            self._control_generator = (step, clip_cov_generator(self.args.seed, step))
         return self._control_generator[1]
 
     def _record_control(self, controlled: ControlledMicroBatch) -> None:
