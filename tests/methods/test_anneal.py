@@ -3,6 +3,7 @@ the fresh-anchored batches a scale below 1 gives, and persistence."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -226,6 +227,12 @@ def test_state_round_trips_and_restores_the_methods_scale(tmp_path: Path) -> Non
     run_round(p, 5, 0.5)
     run_round(q, 5, 0.5)
     assert q.metrics() == p.metrics()
+    # an option's state is its `state()` as `<name>.json`; a missing one is an error
+    saved = tmp_path / "options" / "anneal" / "anneal.json"
+    assert set(json.loads(saved.read_text())) == set(p.options[0].state())
+    saved.unlink()
+    with pytest.raises(FileNotFoundError, match=r"anneal\.json"):
+        pipeline(window=3, start=0.0).load(tmp_path)
 
 
 def test_anneal_is_refused_by_name_on_methods_without_a_replay_scale_and_listed_so() -> None:

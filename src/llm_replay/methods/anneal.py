@@ -37,11 +37,9 @@ log, so a run says which signal did the work. The output-layer gradient norm (DG
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,7 +56,6 @@ from llm_replay.methods.base import (
 )
 from llm_replay.methods.registry import register_option
 
-STATE_FILE = "anneal.json"
 SIGNALS = ("entropy", "plateau", "m2", "clip")
 MODES = ("signals", "schedule")
 OFF = 0.02  # a scale below this is 0: on-policy exactly, not a trickle of replay
@@ -228,18 +225,16 @@ class Anneal(MethodOption[AnnealConfig]):
                 out["anneal/reward_gain"] = reward_gain(list(self.rewards))
         return out
 
-    def save(self, directory: Path) -> None:
-        state = {
+    def state(self) -> dict[str, Any]:
+        return {
             "scale": self.scale,
             "rewards": list(self.rewards),
             "entropy": self.entropy,
             "pressed": self.pressed,
             "last": self.last,
         }
-        (directory / STATE_FILE).write_text(json.dumps(state))
 
-    def load(self, directory: Path) -> None:
-        state = json.loads((directory / STATE_FILE).read_text())
+    def load_state(self, state: dict[str, Any]) -> None:
         self.scale = float(state["scale"])
         self.rewards = deque((float(r) for r in state["rewards"]), maxlen=self.settings.window)
         self.entropy = None if state["entropy"] is None else float(state["entropy"])

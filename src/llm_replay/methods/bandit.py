@@ -36,11 +36,9 @@ allocates generation where it teaches. This option measures the payoff online in
 
 from __future__ import annotations
 
-import json
 import math
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,7 +55,6 @@ from llm_replay.methods.base import (
 )
 from llm_replay.methods.registry import register_option
 
-STATE_FILE = "bandit.json"
 REPLAY, ON_POLICY = 1, 0
 
 
@@ -191,8 +188,8 @@ class Bandit(MethodOption[BanditConfig]):
         out["bandit/compute_on_policy"] = self.spent[ON_POLICY]
         return out
 
-    def save(self, directory: Path) -> None:
-        state = {
+    def state(self) -> dict[str, Any]:
+        return {
             "rewards": list(self.rewards),
             "replay_cost": list(self.replay_cost),
             "on_cost": list(self.on_cost),
@@ -203,10 +200,8 @@ class Bandit(MethodOption[BanditConfig]):
             "rounds": self.rounds,
             "p_replay": self.p_replay,
         }
-        (directory / STATE_FILE).write_text(json.dumps(state))
 
-    def load(self, directory: Path) -> None:
-        state = json.loads((directory / STATE_FILE).read_text())
+    def load_state(self, state: dict[str, Any]) -> None:
         window = self.settings.window
         self.rewards = deque((float(v) for v in state["rewards"]), maxlen=window)
         self.replay_cost = deque((float(v) for v in state["replay_cost"]), maxlen=window)

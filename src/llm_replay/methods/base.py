@@ -460,8 +460,25 @@ class MethodOption(ABC, Generic[OptionT]):
         """The tables the option keeps rollouts in that reach the batches (`ReplayMethod`'s)."""
         return []
 
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable state, saved as `<name>.json` by `save` (an option that keeps
+        none does not override it, and writes nothing)."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore `state()`."""
+
+    @property
+    def _stateful(self) -> bool:
+        return type(self).state is not MethodOption.state
+
     def save(self, directory: Path) -> None:
-        """Write this option's state under `directory`."""
+        """Write this option's state under `directory` (an option that also keeps a table adds
+        it here)."""
+        if self._stateful:
+            (directory / f"{self.name}.json").write_text(json.dumps(self.state()))
 
     def load(self, directory: Path) -> None:
-        """Read what `save` wrote."""
+        """Read what `save` wrote (a missing state file is an error, not a fresh start)."""
+        if self._stateful:
+            self.load_state(json.loads((directory / f"{self.name}.json").read_text()))

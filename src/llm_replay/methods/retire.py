@@ -14,10 +14,8 @@ Logged: `retire/prompts` (retired now), `retire/removed` (rollouts removed so fa
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from llm_replay.data.batch import RolloutBatch
@@ -30,8 +28,6 @@ from llm_replay.methods.base import (
     knob,
 )
 from llm_replay.methods.registry import register_option
-
-STATE_FILE = "retire.json"
 
 
 @dataclass
@@ -84,11 +80,9 @@ class RetireMastered(MethodOption[RetireConfig]):
     def metrics(self) -> dict[str, float]:
         return {"retire/prompts": float(len(self.retired())), "retire/removed": float(self.removed)}
 
-    def save(self, directory: Path) -> None:
-        state = {"streak": {q.hex(): n for q, n in self.streak.items()}, "removed": self.removed}
-        (directory / STATE_FILE).write_text(json.dumps(state))
+    def state(self) -> dict[str, Any]:
+        return {"streak": {q.hex(): n for q, n in self.streak.items()}, "removed": self.removed}
 
-    def load(self, directory: Path) -> None:
-        state = json.loads((directory / STATE_FILE).read_text())
+    def load_state(self, state: dict[str, Any]) -> None:
         self.streak = {bytes.fromhex(q): int(n) for q, n in state["streak"].items()}
         self.removed = int(state["removed"])

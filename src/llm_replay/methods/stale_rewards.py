@@ -26,11 +26,9 @@ factor).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,7 +49,6 @@ from llm_replay.methods.registry import register_option
 log = logging.getLogger(__name__)
 
 POLICIES = ("keep", "evict", "rescore", "discount")
-STATE_FILE = "stale_rewards.json"
 COUNTERS = ("evicted", "rescored", "rescore_failures")
 
 
@@ -151,11 +148,9 @@ class StaleRewards(MethodOption[StaleRewardsConfig]):
             out["stale_rewards/discount"] = self.discount
         return out
 
-    def save(self, directory: Path) -> None:
-        state = {"current": self.current, "stale": self.stale, **self.counts}
-        (directory / STATE_FILE).write_text(json.dumps(state))
+    def state(self) -> dict[str, Any]:
+        return {"current": self.current, "stale": self.stale, **self.counts}
 
-    def load(self, directory: Path) -> None:
-        state = json.loads((directory / STATE_FILE).read_text())
+    def load_state(self, state: dict[str, Any]) -> None:
         self.current, self.stale = int(state["current"]), int(state["stale"])
         self.counts = {k: int(state[k]) for k in COUNTERS}

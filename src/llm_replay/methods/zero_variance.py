@@ -20,7 +20,6 @@ new row, as every rollout of the round does. Metrics: `zero_variance/groups` in 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,6 @@ from llm_replay.methods.base import (
     positive,
 )
 from llm_replay.methods.registry import register_option
-
-STATE_FILE = "zero_variance.json"
 
 
 @dataclass
@@ -129,11 +126,16 @@ class ZeroVarianceReplacement(MethodOption[ZeroVarianceConfig]):
     def stored_tables(self) -> list[ReplayTable]:
         return [self.store]
 
+    def state(self) -> dict[str, Any]:
+        return {"last": self.last}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.last = {k: float(v) for k, v in state["last"].items()}
+
     def save(self, directory: Path) -> None:
         self.store.save(directory / TABLE_DIR)
-        (directory / STATE_FILE).write_text(json.dumps({"last": self.last}))
+        super().save(directory)
 
     def load(self, directory: Path) -> None:
         self.store = ReplayTable.load(directory / TABLE_DIR)
-        state: dict[str, Any] = json.loads((directory / STATE_FILE).read_text())
-        self.last = {k: float(v) for k, v in state["last"].items()}
+        super().load(directory)
