@@ -140,3 +140,19 @@ def test_inspect_reads_a_zero_filled_tail_and_names_damage_without_a_traceback(
     assert main(["inspect", str(directory)]) == 2
     out = capsys.readouterr().out
     assert f"{segment}" in out and "at byte 0" in out and "Traceback" not in out
+
+
+def test_inspect_a_mixtures_table_shows_each_task_and_each_rows_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = ReplayTable(16)
+    table.insert(text_batch([("1+2=", "3"), ("1+2=", "4")], [1.0, 0.0], 0).with_tasks("sums"))
+    table.insert(text_batch([("gcd(4,6)=", "2")], [1.0], 0).with_tasks("gcd"))
+    table.save(tmp_path / "saved")
+    assert main(["inspect", str(tmp_path / "saved"), "--json", "--rows", "3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tasks"]["sums"]["size"] == 2 and report["tasks"]["gcd"]["correct_share"] == 1.0
+    assert [r["task"] for r in report["rows"]] == ["sums", "sums", "gcd"]
+    assert main(["inspect", str(tmp_path / "saved"), "--rows", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "task gcd" in text and "1 rollouts (33%)" in text and "[gcd]" in text

@@ -1,8 +1,9 @@
 """`llm-replay inspect DIR`: what a saved or durable replay table holds.
 
 Size, tokens and bytes against the table's limits, the policy version and the age histogram,
-reward and advantage distributions, reuse counts, evictions by reason, and a few rows decoded
-with the run's tokenizer when one is given. `--plots OUT` draws the histograms as PNGs. The
+reward and advantage distributions, reuse counts, evictions by reason, each task's rows, share,
+age and correct share on a mixture, and a few rows (with their task) decoded with the run's
+tokenizer when one is given. `--plots OUT` draws the histograms as PNGs. The
 table is read without changing its directory (`ReplayTable.read`). A sharded Ray table's
 checkpoint (`replay/table/shard-K`) is reported shard by shard, then in total.
 """
@@ -88,6 +89,7 @@ def describe_table(table: ReplayTable, *, rows: int = 3, tokenizer: Any = None) 
                 "advantage": float(sample.advantages[i]),
                 "times_sampled": int(sample.times_sampled[i]),
                 "annotator": ANNOTATORS[int(sample.annotators[i])],
+                "task": sample.task_names[int(sample.task_codes[i])],
                 "prompt_ids": prompt,
                 "completion_ids": completion,
             }
@@ -199,6 +201,12 @@ def print_table_report(path: Path, r: dict[str, Any]) -> None:
         )
     share = r["correct_share"]
     table.add_row("correct", "unknown" if share is None else f"{100 * share:.1f}%")
+    for name, t in (r.get("tasks") or {}).items():  # a mixture's members
+        table.add_row(
+            f"task {name}",
+            f"{t['size']} rollouts ({100 * t['share']:.0f}%), mean age {t['age_mean']:.2f}, "
+            f"{100 * t['correct_share']:.0f}% correct",
+        )
     table.add_row("inserted / sampled", f"{r['inserts']} / {r['samples']} rollouts")
     table.add_row("evictions", ", ".join(f"{k} {v}" for k, v in r["evictions"].items() if v) or "—")
     console.print(table)
@@ -211,8 +219,9 @@ def print_table_report(path: Path, r: dict[str, Any]) -> None:
         scorer = f" (reward model v{row['reward_version']})" if row["reward_version"] else ""
         if row.get("annotator"):
             scorer += f" ({'chosen' if row['reward'] > 0 else 'rejected'}, by {row['annotator']})"
+        task = f" [{row['task']}]" if row.get("task") else ""
         console.print(
-            f"key {row['key']} v{row['policy_version']} reward {row['reward']:.3g}{scorer} "
+            f"key {row['key']}{escape(task)} v{row['policy_version']} reward {row['reward']:.3g}{scorer} "
             f"A {row['advantage']:.3g} sampled {row['times_sampled']}×: {escape(text)}",
             highlight=False,
         )
