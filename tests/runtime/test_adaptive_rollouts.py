@@ -144,6 +144,21 @@ def test_an_unsolved_prompt_gets_its_latest_earlier_success_in_place_of_a_wrong_
     assert meter.counts["rollouts_generated"] == 2 + 6
 
 
+def test_a_reused_row_keeps_its_prompts_task_on_a_mixture() -> None:
+    """A mixture's rows carry their member; the kept success put in for an unsolved prompt
+    carries it too (an untagged row is a task of its own to the per-task table parts: balanced
+    draws gave those few old rows a fifth of every replayed batch)."""
+    from llm_replay.tasks import TASK_TAG, Problem
+
+    maker = scripted_maker({0: [0, 1] + [0] * 6})
+    maker.problems = [Problem("p", "a", {TASK_TAG: "gcd"})]
+    adaptive = AdaptiveRollouts(AdaptiveRolloutConfig(enabled=True, stage_size=2))
+    maker.make(np.arange(1), 0, ComputeMeter(), adaptive)
+    batch, metrics = maker.make(np.arange(1), 1, ComputeMeter(), adaptive)
+    assert metrics["adaptive/reused"] == 1 and adaptive.reused_rows[-1]
+    assert batch.tasks == ("gcd",) * 6
+
+
 def test_no_reuse_when_switched_off_or_when_the_reward_has_moved_on() -> None:
     for reuse, version in ((False, 0), (True, 1)):
         maker = scripted_maker({0: [1, 0] + [0] * 6})

@@ -185,7 +185,9 @@ class AdaptiveRollouts:
             if kept is None or kept.reward_version != maker.reward_version:
                 continue
             drop.append(int(members[-1]))
-            add.append(self._row(kept, prompt, int(group)))
+            row = self._row(kept, prompt, int(group))
+            task = batch.task_names[int(batch.task_codes[members[-1]])]
+            add.append(row.with_tasks(task) if task else row)  # a mixture's member, kept
         if add:
             keep = np.setdiff1d(np.arange(len(batch)), np.asarray(drop))
             batch = RolloutBatch.concat([batch.select(keep), *add])
