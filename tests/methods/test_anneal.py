@@ -101,7 +101,7 @@ def test_at_scale_zero_a_table_method_trains_on_policy_exactly() -> None:
 def test_at_scale_zero_rounds_of_any_size_train_each_rollout_once_in_order(tmp_path: Path) -> None:
     """Adaptive rollouts' rounds are not multiples of B: the rows a round leaves when the credit
     runs out are carried to the next round's first batch, never topped up from the table, and
-    the carry survives a save and load (issue #53: `auto` trained 7-20% replayed rows after its
+    the carry survives a save and load (issue #53: `auto` trained 4-7% replayed rows after its
     anneal ended)."""
     p = pipeline(progress=1.0, mode="schedule", start=0.0, end=0.5)
     sizes = [6, 10, 3, 4, 5, 8]

@@ -318,7 +318,7 @@ class TableReplay(ReplayMethod[SettingsT]):
     its last rows untrained when the credit runs out; they are carried (by key, `carry`) to the
     front of the next round's anchored rows, so every fresh rollout is trained once, in
     generation order, and no batch is topped up from the table. Before, those batches were
-    filled with table draws, and `auto` trained 7-20% replayed rows after its anneal had ended
+    filled with table draws, and `auto` trained 4-7% replayed rows after its anneal had ended
     (issue #53). Rows the table no longer holds are dropped from the carry (there is nothing
     left to train them from). Above scale 0 nothing is carried: the anchored share of each batch
     is below the fresh round's size by design, and the rest of the round stays drawable.
