@@ -184,7 +184,7 @@ class Learner:
         totals: dict[str, float] = {}
         covariance = CovarianceSums()
         generator = None
-        if s.control.mode == "clip_cov":  # a resumed run picks the tokens an unbroken one does
+        if s.control.chooses_at_random:  # a resumed run picks the tokens an unbroken one does
             generator = clip_cov_generator(s.seed, self.version)
         tokens = float(full_mask.sum())
         with self.head_gradient:

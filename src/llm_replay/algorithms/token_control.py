@@ -87,6 +87,30 @@ class TokenControl:
     def active(self) -> bool:
         return self.mode != "off" or self.positive_weight != 1.0
 
+    # What a mode does, asked by every front end instead of comparing mode names (issue #55).
+    @property
+    def chooses_tokens(self) -> bool:
+        """It picks tokens to treat (`select`): Clip-Cov and KL-Cov."""
+        return self.mode != "off"
+
+    @property
+    def chooses_at_random(self) -> bool:
+        """Its choice is random (Clip-Cov samples among the tokens in its covariance band), so a
+        front end seeds it per optimizer step (`clip_cov_generator`)."""
+        return self.mode == "clip_cov"
+
+    @property
+    def stops_gradient(self) -> bool:
+        """The chosen tokens train with no gradient (Clip-Cov; TRL's front end zeroes their
+        advantages, which does the same)."""
+        return self.mode == "clip_cov"
+
+    @property
+    def reads_behaviour(self) -> bool:
+        """Its term is against the behaviour log-probs (KL-Cov's β·|log π − log π_behav|), so
+        they must be stored and sent."""
+        return self.mode == "kl_cov"
+
     def chosen_rows(self, replayed: Tensor) -> Tensor:
         return replayed if self.rows == "replayed" else replayed | ~replayed
 

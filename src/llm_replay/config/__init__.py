@@ -143,7 +143,7 @@ class AlgorithmConfig:
     def reads_behaviour(self) -> bool:
         """Whether training reads the stored behaviour log-probs: the loss's ratio, or KL-Cov's
         term against the behaviour policy."""
-        return loss_class(self.loss).reads_behaviour or self.token_control == "kl_cov"
+        return loss_class(self.loss).reads_behaviour or self.token_controls().reads_behaviour
 
     def token_controls(self) -> TokenControl:
         return TokenControl(

@@ -109,7 +109,7 @@ def policy_loss(
         per_token = per_token * weights[:, None]
     value = aggregate(per_token, mask, aggregation, denominator)
     metrics = {f"loss/{key}": v for key, v in loss_statistics(inputs, parts).items()}
-    if treated is not None and control is not None and control.mode != "off":
+    if treated is not None and control is not None and control.chooses_tokens:
         metrics["loss/cov_treated"] = float(treated.sum() / mask.sum().clamp(min=1))
     return value, metrics
 

@@ -118,7 +118,7 @@ class ControlledMicroBatch:
         raw = self.inputs[RAW_ADVANTAGES_KEY]
         self.logprobs = logprobs
         self.treated = self.control.select(logprobs, raw, self.mask, reused, self.generator)
-        if self.control.mode == "clip_cov":
+        if self.control.stops_gradient:
             advantages = self.inputs["advantages"]
             per_token = (
                 advantages[:, None].expand_as(logprobs) if advantages.dim() == 1 else advantages
@@ -128,7 +128,7 @@ class ControlledMicroBatch:
     def kl_term(self) -> Tensor | None:
         """β·|log π − log π_behav| on the treated tokens [B, T], or None (not KL-Cov, or TRL never
         computed the log-probs with gradient)."""
-        if self.control.mode != "kl_cov" or self.logprobs is None or self.treated is None:
+        if not self.control.reads_behaviour or self.logprobs is None or self.treated is None:
             return None
         behaviour: Tensor = self.inputs[BEHAVIOUR_KEY]
         gap = (self.logprobs - behaviour).abs()

@@ -270,7 +270,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
     def _clip_cov_generator(self) -> torch.Generator | None:
         """One generator per optimizer step, seeded by the step: a resumed run picks the tokens
         an unbroken one does."""
-        if self.token_control.mode != "clip_cov":
+        if not self.token_control.chooses_at_random:
             return None
         step = int(self.state.global_step)
         if self._control_generator is None or self._control_generator[0] != step:
@@ -286,7 +286,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             controlled.mask,
             inputs[REUSED_KEY],
         )
-        if self.token_control.mode != "off":
+        if self.token_control.chooses_tokens:
             self._treated.append(controlled.treated_share())
 
     def _reduce_like_trl(self, term: torch.Tensor, controlled: ControlledMicroBatch) -> Any:
@@ -304,15 +304,15 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
 
     def _behaviour_reader(self) -> str:
         """What in this run reads the stored behaviour log-probs, for a refusal."""
-        if self.token_control.mode == "kl_cov":
-            return "replay_token_control (kl_cov)"
+        if self.token_control.reads_behaviour:
+            return f"replay_token_control ({self.token_control.mode})"
         return f"replay_loss = {self.args.replay_loss!r} (its ratio)"
 
     @property
     def _needs_behaviour(self) -> bool:
         """False where nothing reads them: AsymRE without KL-Cov, and the on-policy queue with no
         option on, where every row is trained once before the weights move (TRL's shortcut)."""
-        if self.token_control.mode == "kl_cov":  # its term is against the behaviour
+        if self.token_control.reads_behaviour:  # e.g. KL-Cov's term
             return True
         if self.args.replay_loss == "asymre":  # no ratio: the behaviour is never read
             return False
@@ -485,7 +485,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         inputs["advantages"] = weighted_advantages(
             self.token_control, inputs["advantages"], raw, reused
         )
-        if self.token_control.mode == "kl_cov":
+        if self.token_control.reads_behaviour:
             inputs[BEHAVIOUR_KEY] = behaviour
             if weights is not None:  # the term is weighted as the row's loss is
                 inputs[WEIGHTS_KEY] = torch.from_numpy(weights[rows].astype(np.float32)).to(device)
