@@ -33,6 +33,7 @@ from llm_replay.config.parse import (
 )
 from llm_replay.config.preference import PreferenceConfig
 from llm_replay.config.reward_model import RewardModelConfig, check_reward_model_use
+from llm_replay.config.runtimes import RUNTIMES
 from llm_replay.config.sections import (
     EvalConfig,
     GenerationConfig,
@@ -52,7 +53,6 @@ from llm_replay.methods import (
     ReplayMethod,
     method_class,
 )
-from llm_replay.methods.pipeline import async_mode
 
 __all__ = [
     "AlgorithmConfig",
@@ -373,7 +373,9 @@ class Config:
             self.reward_model,
             stale_rewards="stale_rewards" in dict(self.replay.enabled_options()),
         )
-        self._check_shards(self.replay.method_class)
+        refusal = RUNTIMES[self.runtime].refusal(self)
+        if refusal is not None:
+            raise ConfigError(refusal)
         if self.task.kind == "mixture":
             self._check_mixture()
         if self.preference.enabled:
@@ -384,55 +386,9 @@ class Config:
                 f"generation.adaptive.enabled: not with replay.method = {self.replay.method!r} "
                 f"({adaptive_refusal})"
             )
-        if self.runtime != "sync":
-            method = self.replay.method_class
-            refusal = method.async_refusal(self.replay.settings)
-            if refusal is not None:
-                raise ConfigError(
-                    f"replay.method = {self.replay.method!r}: runtime={self.runtime} cannot run "
-                    f"it: {refusal}"
-                )
-            for key, on in (
-                ("dynamic_sampling", self.generation.dynamic_sampling),
-                ("skip.enabled", self.generation.skip.enabled),
-            ):
-                if on:
-                    raise ConfigError(
-                        f"generation.{key} = true: not supported by runtime={self.runtime}"
-                    )
-            if self.algorithm.head_gate:
-                raise ConfigError(
-                    f"algorithm.head_gate = {self.algorithm.head_gate!r}: not supported by "
-                    f"runtime={self.runtime} (its checkpoints do not carry the gate yet)"
-                )
-            table_mode = async_mode(method, bool(self.replay.enabled_options())) == "table"
-            if self.replay.init_from is not None and table_mode:
-                raise ConfigError(
-                    f"replay.init_from: runtime={self.runtime} feeds method "
-                    f"{self.replay.method!r}'s table from the workers directly, which does not "
-                    "carry the source table's versions yet; start it in a sync run"
-                )
-            need = (
-                self.replay.samples_per_insert * self.generation.rollouts_per_step
-                + self.train.batch_size
-            )
-            buffer = self.workers.error_buffer
-            mode = async_mode(method, bool(self.replay.enabled_options()))
-            ratio_limited = mode == "table" and not method.consumes_rollouts
-            if buffer is not None and ratio_limited and 2 * buffer < need:
-                raise ConfigError(
-                    f"workers.error_buffer = {buffer:g}: the band (2 × error_buffer) must hold "
-                    f"replay_ratio × rollouts_per_step + batch_size = {need:g} rollouts, or a "
-                    "blocked worker and a blocked learner could deadlock"
-                )
 
     def _check_preference(self) -> None:
         p = self.preference
-        if self.runtime != "sync":
-            raise ConfigError(
-                f"preference.enabled = true: runtime={self.runtime} does not train on pairs yet; "
-                "use runtime=sync"
-            )
         if self.replay.method != "on_policy" or self.replay.enabled_options():
             raise ConfigError(
                 f"replay.method = {self.replay.method!r}: preference runs replay pairs through "
@@ -471,31 +427,6 @@ class Config:
                     f"{member.answer_tokens} (its longest answer and EOS); raise it to the "
                     "members' largest"
                 )
-
-    def _check_shards(self, method: type[ReplayMethod[Any]]) -> None:
-        w = self.workers
-        if not w.sharded:
-            return
-        field_name = "table_shards" if w.table_shards > 1 else "table_fsync"
-        value = getattr(w, field_name)
-        if self.runtime != "ray":
-            raise ConfigError(
-                f"workers.{field_name} = {value!r}: sharded and durable tables run under "
-                f"runtime=ray (this run is runtime={self.runtime})"
-            )
-        mode = async_mode(method, bool(self.replay.enabled_options()))
-        if mode != "table" or method.consumes_rollouts:
-            what = "consumes each rollout once" if mode == "table" else "runs in rounds"
-            raise ConfigError(
-                f"workers.{field_name} = {value!r}: method {self.replay.method!r} {what} under "
-                "runtime=ray; sharded and durable tables serve the methods whose table the "
-                "workers fill at the replay ratio (uniform, positive)"
-            )
-        if not hasattr(self.replay.settings, "capacity"):
-            raise ConfigError(
-                f"workers.{field_name} = {value!r}: method {self.replay.method!r} has no "
-                "replay.capacity to split across shards"
-            )
 
     @property
     def run_dir(self) -> Path:
