@@ -38,12 +38,10 @@ class Runtime:
         return next(iter(self.refusals(config)), None)
 
     def _shards(self, config: Config) -> Iterator[str]:
-        w = config.workers
-        if w.sharded:
-            field_name = "table_shards" if w.table_shards > 1 else "table_fsync"
+        if config.workers.sharded:
             yield (
-                f"workers.{field_name} = {getattr(w, field_name)!r}: sharded and durable tables "
-                f"run under runtime=ray (this run is runtime={self.name})"
+                f"{_sharding(config)}: sharded and durable tables run under runtime=ray (this "
+                f"run is runtime={self.name})"
             )
 
 
@@ -114,25 +112,29 @@ class Ray(Threaded):
         yield from self._asynchronous(config)
 
     def _sharded_method(self, config: Config) -> Iterator[str]:
-        w = config.workers
-        if not w.sharded:
+        if not config.workers.sharded:
             return
-        field_name = "table_shards" if w.table_shards > 1 else "table_fsync"
-        value = getattr(w, field_name)
         method = config.replay.method_class
         mode = async_mode(method, bool(config.replay.enabled_options()))
         if mode != "table" or method.consumes_rollouts:
             what = "consumes each rollout once" if mode == "table" else "runs in rounds"
             yield (
-                f"workers.{field_name} = {value!r}: method {config.replay.method!r} {what} under "
+                f"{_sharding(config)}: method {config.replay.method!r} {what} under "
                 "runtime=ray; sharded and durable tables serve the methods whose table the "
                 "workers fill at the replay ratio (uniform, positive)"
             )
         elif not hasattr(config.replay.settings, "capacity"):
             yield (
-                f"workers.{field_name} = {value!r}: method {config.replay.method!r} has no "
+                f"{_sharding(config)}: method {config.replay.method!r} has no "
                 "replay.capacity to split across shards"
             )
+
+
+def _sharding(config: Config) -> str:
+    """`workers.table_shards = N` (or `workers.table_fsync = ...`): the setting that shards."""
+    w = config.workers
+    name = "table_shards" if w.table_shards > 1 else "table_fsync"
+    return f"workers.{name} = {getattr(w, name)!r}"
 
 
 RUNTIMES: dict[str, Runtime] = {r.name: r for r in (Sync(), Threaded(), Ray())}

@@ -305,14 +305,14 @@ def _reward_model_columns(curves: Sequence[RunCurves]) -> dict[str, Any]:
     }
 
 
-def worst_margin(
+def margins(
     curves: Sequence[RunCurves], reference: Sequence[RunCurves], basis: str, after: float = 0.1
-) -> float | None:
-    """The least, over 80 equal-compute points from `after` of the reference's budget to its
-    end, of this method's median accuracy minus the floor of the reference's seed band, in
-    points: >= 0 means never below the reference beyond its seed interval there (what
-    `delta_vs_compute.png` draws). Points before every reference seed's first evaluation after
-    the start are left out: there every run still reads its base accuracy."""
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(the points, the margins there, the reference's budget): over 80 equal-compute points from
+    `after` of the reference's budget to its end, this method's median accuracy minus the floor
+    of the reference's seed band, in points (NaN where either is unread). Points before every
+    reference seed's first evaluation after the start are left out: there every run still reads
+    its base accuracy."""
     end = min(float(r.compute(basis)[-1]) for r in reference)
     first = max((float(r.compute(basis)[1]) for r in reference if len(r.records) > 1), default=0)
     grid = np.linspace(end / 80, end, 80)
@@ -321,7 +321,15 @@ def worst_margin(
         warnings.simplefilter("ignore", RuntimeWarning)
         floor = np.nanmin(on_grid(reference, "accuracy", basis, grid), axis=0)
         mine = np.nanmedian(on_grid(curves, "accuracy", basis, grid), axis=0)
-    margin = (mine - floor) * 100.0
+    return grid, (mine - floor) * 100.0, end
+
+
+def worst_margin(
+    curves: Sequence[RunCurves], reference: Sequence[RunCurves], basis: str, after: float = 0.1
+) -> float | None:
+    """The least of `margins`: >= 0 means never below the reference beyond its seed interval
+    after `after` of its budget (what `delta_vs_compute.png` draws)."""
+    margin = margins(curves, reference, basis, after)[1]
     margin = margin[np.isfinite(margin)]
     return float(margin.min()) if len(margin) else None
 

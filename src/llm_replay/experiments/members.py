@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.experiments.across_tasks import suite_markdown, suite_summary
-from llm_replay.experiments.analysis import RunCurves, compare_methods, on_grid
+from llm_replay.experiments.analysis import RunCurves, compare_methods, margins
 from llm_replay.experiments.suite_stats import BASIS
 
 _MEMBER_KEY = re.compile(r"^eval/([^/]+)/(accuracy|entropy|pass@\d+)$")
@@ -86,15 +85,7 @@ def starving(
     """Where the method's median accuracy first falls below the floor of the reference's seed
     band after `after` of the reference's budget (as a share of that budget), and its lowest
     margin there in points; None when it never does."""
-    end = min(float(r.compute(basis)[-1]) for r in reference)
-    first = max((float(r.compute(basis)[1]) for r in reference if len(r.records) > 1), default=0)
-    grid = np.linspace(end / 80, end, 80)
-    grid = grid[grid >= max(after * end, first)]
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        floor = np.nanmin(on_grid(reference, "accuracy", basis, grid), axis=0)
-        mine = np.nanmedian(on_grid(curves, "accuracy", basis, grid), axis=0)
-    margin = (mine - floor) * 100.0
+    grid, margin, end = margins(curves, reference, basis, after)
     below = np.flatnonzero(np.isfinite(margin) & (margin < 0))
     if not len(below):
         return None
