@@ -95,7 +95,7 @@ def test_pool_draws_repeat_after_restoring_rng_state(tmp_path, rng: np.random.Ge
 
 def test_a_pipeline_names_every_table_its_parts_keep_rollouts_in() -> None:
     from llm_replay.methods import METHODS, MethodContext, ReplayPipeline
-    from llm_replay.methods.zero_variance import ZeroVarianceConfig
+    from llm_replay.methods.options.zero_variance import ZeroVarianceConfig
 
     context = MethodContext(batch_size=8, rollouts_per_step=8, group_size=4)
     rlep = ReplayPipeline.build("rlep", METHODS["rlep"].Config(), context)

@@ -21,7 +21,7 @@ from llm_replay.experiments.plot_style import basis_label as _basis_label
 from llm_replay.experiments.plot_style import pyplot as _pyplot
 from llm_replay.experiments.plot_style import save as _save
 from llm_replay.experiments.plot_style import styles as _styles
-from llm_replay.methods.anneal import STALE_MIN
+from llm_replay.methods.options.anneal import STALE_MIN
 from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.metrics.logging import read_log
 

@@ -11,8 +11,8 @@ import pytest
 
 from llm_replay.config import ConfigError, load_config
 from llm_replay.methods import METHODS, MethodConfigError, MethodContext, ReplayPipeline
-from llm_replay.methods.bandit import BanditConfig, arm_slopes, replay_probability
-from tests.methods.test_anneal import fresh_round
+from llm_replay.methods.options.bandit import BanditConfig, arm_slopes, replay_probability
+from tests.methods.options.test_anneal import fresh_round
 
 MU = 5.0
 

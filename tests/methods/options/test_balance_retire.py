@@ -10,8 +10,8 @@ import pytest
 from llm_replay.buffer import Sample
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import METHODS, MethodConfigError, MethodContext, ReplayPipeline
-from llm_replay.methods.balance import BalanceConfig, masses, positive_scale
-from llm_replay.methods.retire import RetireConfig
+from llm_replay.methods.options.balance import BalanceConfig, masses, positive_scale
+from llm_replay.methods.options.retire import RetireConfig
 
 
 def rows(

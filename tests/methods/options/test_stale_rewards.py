@@ -13,8 +13,8 @@ from llm_replay.buffer import Sample
 from llm_replay.config import ConfigError
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import MethodContext, ReplayPipeline, method_class
+from llm_replay.methods.options.stale_rewards import StaleRewardsConfig
 from llm_replay.methods.registry import OPTIONS
-from llm_replay.methods.stale_rewards import StaleRewardsConfig
 from tests.conftest import make_batch, tiny_config
 
 GROUP = 4

@@ -11,7 +11,7 @@ import pytest
 from llm_replay.config import ConfigError, load_config
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import MethodContext
-from llm_replay.methods.zero_variance import ZeroVarianceConfig, ZeroVarianceReplacement
+from llm_replay.methods.options.zero_variance import ZeroVarianceConfig, ZeroVarianceReplacement
 from tests.conftest import make_batch
 
 G = 4

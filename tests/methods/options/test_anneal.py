@@ -12,7 +12,7 @@ import pytest
 from llm_replay.buffer import PositiveRetention, Sample
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods import METHODS, OPTIONS, MethodConfigError, MethodContext, ReplayPipeline
-from llm_replay.methods.anneal import AnnealConfig, gain_and_error, reward_gain
+from llm_replay.methods.options.anneal import AnnealConfig, gain_and_error, reward_gain
 
 
 def fresh_round(round_: int, reward: float, nll: float = 1.0, rows: int = 8) -> RolloutBatch:
