@@ -87,6 +87,12 @@ ROWS = (
         "trl_auto_kl_cov_ar3po",
         "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
     ),
+    (
+        "a mixture: gcd, products, binary_alternation, lcm in one run, 2·10⁶ on μ = 5",
+        "experiment_mixture",
+        "auto",
+        "**`auto`**, one policy on four suite tasks at once (issue #56)",
+    ),
 )
 
 
