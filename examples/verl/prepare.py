@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 
 from llm_replay.config import load_config
 from llm_replay.models.loading import resolve_model_path
-from llm_replay.tasks import Problem, build_task
+from llm_replay.runtime.task_builder import build_task
+from llm_replay.tasks import Problem
 
 RAW_TEXT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 DATA_SOURCE = "llm_replay/chain_sum"
