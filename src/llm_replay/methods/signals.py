@@ -133,14 +133,19 @@ class RoundStats:
         )
 
 
-def _per_task(codes: np.ndarray, names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
-    """Each tagged task's mean of `values` over its rows; empty unless rows of two or more
-    tasks are present (a single-task run has no per-task signals)."""
+def _task_rows(codes: np.ndarray, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Each tagged task's rows (a boolean mask); empty unless rows of two or more tasks are
+    present (a single-task run has no per-task signals)."""
+    codes = np.asarray(codes)
     present = np.unique(codes)
-    tagged = [int(c) for c in present if names[int(c)]]
-    if len(present) < 2 or not tagged:
+    if len(present) < 2:
         return {}
-    return {names[c]: float(values[codes == c].mean()) for c in tagged}
+    return {names[int(c)]: codes == c for c in present.tolist() if names[int(c)]}
+
+
+def _per_task(codes: np.ndarray, names: tuple[str, ...], values: np.ndarray) -> dict[str, float]:
+    """Each tagged task's mean of `values` over its rows (`_task_rows`)."""
+    return {name: float(values[rows].mean()) for name, rows in _task_rows(codes, names).items()}
 
 
 class RunSignals:
@@ -293,24 +298,16 @@ class RunSignals:
 
 
 def _step_tasks(sample: Sample) -> dict[str, dict[str, float]]:
-    """Per tagged task of a trained sample: its share of the rows, replayed fraction and mean
-    age; empty unless rows of two or more tasks are present."""
-    codes = np.asarray(sample.task_codes)
-    present = np.unique(codes)
-    if len(present) < 2:
-        return {}
-    out: dict[str, dict[str, float]] = {}
-    for code in present.tolist():
-        name = sample.task_names[int(code)]
-        if not name:
-            continue
-        rows = codes == code
-        out[name] = {
+    """Per tagged task of a trained sample (`_task_rows`): its share of the rows, replayed
+    fraction and mean age."""
+    return {
+        name: {
             "share": float(rows.mean()),
             "replayed_fraction": float((sample.times_sampled[rows] > 1).mean()),
             "age_mean": float(sample.ages[rows].mean()),
         }
-    return out
+        for name, rows in _task_rows(sample.task_codes, sample.task_names).items()
+    }
 
 
 def _json(value: Any) -> Any:
