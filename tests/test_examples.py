@@ -56,6 +56,16 @@ def test_trl_replay_example_runs_auto() -> None:
     assert held and 0.0 < float(held.group(1)) <= 5.0  # 5% of the reused rows' tokens at most
 
 
+def test_trl_online_dpo_example_replays_the_pairs_trl_judged() -> None:
+    stdout = _run_example("trl_online_dpo_replay.py", "--steps", "4")
+    assert re.search(r"score \d\.\d+ -> \d\.\d+ over 4 steps", stdout)
+    generated, trained, stored = map(
+        int, re.search(r"(\d+) pairs generated, (\d+) trained, (\d+) stored", stdout).groups()
+    )
+    assert generated == 4 * 32 and 0 < stored <= generated
+    assert generated < trained <= generated + 3 * 16  # stored pairs from the second step on
+
+
 def test_verl_example_data_is_verls_schema_and_the_model_reads_raw_text(tmp_path: Path) -> None:
     """examples/verl/prepare.py: parquet as verl's RLHFDataset reads it, and the model copy's chat
     template gives back the prompt as the model was trained on it."""

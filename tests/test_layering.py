@@ -14,13 +14,14 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "llm_replay"
 LAYERS: list[set[str]] = [  # bottom first; a top-level module is a package of its own
-    {"data", "near_miss", "metrics", "generation", "algorithms"},
+    {"data", "near_miss", "checks", "metrics", "generation", "algorithms"},
     {"llm_replay", "buffer", "models"},
     {"tasks", "learner", "methods"},
     {"evaluation"},
     {"config"},
     {"preference"},
     {"runtime"},
+    {"frontend"},
     {"rescore", "terminal"},
     {"integrations"},
     {"experiments"},

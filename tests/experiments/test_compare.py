@@ -587,5 +587,5 @@ def test_a_row_trl_cannot_run_is_refused_before_any_run_whichever_part(
     assert main(["compare", str(path), "--quiet", "--part", part]) == 2
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "Traceback" not in out
-    assert out.startswith("error: methods.trl_dpo: preference.enabled = true: not through TRL")
+    assert out.startswith("error: methods.trl_dpo: preference.enabled = true: backend 'trl' runs")
     assert not (tmp_path / "out").exists()

@@ -498,3 +498,16 @@ def test_the_replay_controller_reads_a_learner_statistic_under_trl(tmp_path: Pat
     assert logged["replay/anneal/pressed_clip"] >= 1
     assert logged["replay/anneal/scale"] < 1.0
     assert signals.progress == pytest.approx(trainer.state.global_step / 12, abs=0.1)
+
+
+def test_an_anneal_reading_trl_cannot_feed_is_said_to_stay_silent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    knobs = {"anneal": {"enabled": True, "mode": "signals"}}
+    with caplog.at_level("WARNING"):
+        ReplayGRPOConfig(**settings(tmp_path, replay_method="positive", replay_knobs=knobs))
+    assert "m2 reading (m2_max)" in caplog.text and "will not press" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        ReplayGRPOConfig(**settings(tmp_path, replay_method="positive"))
+    assert "m2 reading" not in caplog.text

@@ -99,7 +99,7 @@ def test_refusals_name_the_problem() -> None:
 def test_task_codes_travel_with_their_rows_into_the_task_column() -> None:
     from datasets import Dataset
 
-    from llm_replay.integrations.trl.tasks import TaskColumn
+    from llm_replay.frontend.tasks import TaskColumn
 
     column = TaskColumn("task", Dataset.from_dict({"prompt": ["a", "b"], "task": ["lcm", "gcd"]}))
     assert column.names == ("gcd", "lcm")  # sorted: the same codes on every process

@@ -43,9 +43,26 @@ def test_replaying_stored_rows_is_a_capability_not_a_name(
 ) -> None:
     host = host_for(preset, *overrides)
     assert host.replays_stored_rows is replays
-    assert host.needs_behaviour_logprobs is replays
+    assert host.reads_behaviour(ratio=True) is replays
     replay = load_config(preset, list(overrides)).replay
     assert replays_stored_rows(replay.method, replay.options) is replays
+
+
+@pytest.mark.parametrize(
+    ("preset", "ratio", "control", "carries", "reads"),
+    [
+        ("on_policy", True, False, False, False),  # every row trained once before the weights move
+        ("on_policy", True, False, True, True),  # adaptive rounds carry rows past a step
+        ("on_policy", False, True, False, True),  # KL-Cov's term reads them, ratio or not
+        ("positive", False, False, True, False),  # AsymRE: no ratio reads them
+        ("positive", True, False, False, True),  # a replayed row's ratio
+    ],
+)
+def test_one_rule_says_who_reads_the_behaviour_log_probs(
+    preset: str, ratio: bool, control: bool, carries: bool, reads: bool
+) -> None:
+    host = host_for(preset)
+    assert host.reads_behaviour(ratio=ratio, control=control, carries_rows=carries) is reads
 
 
 def test_following_the_runs_length_and_restarting_are_capabilities() -> None:

@@ -75,6 +75,25 @@ def replays_stored_rows(method: str, options: Mapping[str, OptionConfig] | None 
     return any(OPTIONS[name].stores_rows for name, o in (options or {}).items() if o.enabled)
 
 
+def reads_behaviour(
+    method: str,
+    options: Mapping[str, OptionConfig] | None = None,
+    *,
+    ratio: bool,
+    control: bool = False,
+    carries_rows: bool = False,
+) -> bool:
+    """Whether training reads a row's behaviour log-probs, so a front end must keep them (and may
+    skip computing them where not): a token control that reads them (`control`: KL-Cov's term),
+    or a loss with a ratio against the generating policy (`ratio`; AsymRE has none) trained on a
+    row after the weights moved: a stored row (`replays_stored_rows`) or a fresh one the front
+    end carries past a gradient step (`carries_rows`: adaptive rounds that are not a multiple of
+    the batch). The one rule every front end asks."""
+    if control:
+        return True
+    return ratio and (carries_rows or replays_stored_rows(method, options))
+
+
 def reads_measured_mu(method: str, settings: MethodConfig) -> bool:
     """Whether `method` with `settings` decides from the run's measured μ (answered from the
     registry, before anything is built)."""
@@ -162,10 +181,13 @@ class ReplayHost:
         module-level `replays_stored_rows`)."""
         return replays_stored_rows(self.name, self.option_settings)
 
-    @property
-    def needs_behaviour_logprobs(self) -> bool:
-        """A replayed row's ratio is taken against the policy that generated it."""
-        return self.replays_stored_rows
+    def reads_behaviour(
+        self, *, ratio: bool, control: bool = False, carries_rows: bool = False
+    ) -> bool:
+        """The module-level `reads_behaviour` for this host's method and options."""
+        return reads_behaviour(
+            self.name, self.option_settings, ratio=ratio, control=control, carries_rows=carries_rows
+        )
 
     @property
     def follows_progress(self) -> bool:

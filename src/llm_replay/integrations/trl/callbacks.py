@@ -9,22 +9,17 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from llm_replay.frontend.metric_map import MetricMap
 from llm_replay.learner import CovarianceSums
 
-TRL_STEP_METRICS = {  # TRL's metric: ours (what the method's signals read)
-    "entropy": "loss/entropy",
-    "clip_ratio/region_mean": "loss/clip_fraction",
-}
-
-
-def trl_step_metrics(metrics: dict[str, list[float]]) -> dict[str, float]:
-    """The last optimizer step's learner statistics from TRL's metrics, under our names. TRL
-    reports no behaviour KL or ratio moments, so those are absent from the signals under TRL."""
-    return {
-        ours: float(metrics[theirs][-1])
-        for theirs, ours in TRL_STEP_METRICS.items()
-        if metrics.get(theirs)
-    }
+# the last optimizer step's learner statistics in TRL's metrics (lists), under our names; TRL
+# reports no behaviour KL or ratio moments, so those are absent from the signals under TRL
+TRL_STEP_METRICS = MetricMap(
+    {"entropy": "loss/entropy", "clip_ratio/region_mean": "loss/clip_fraction"}
+)
+# what the method's signals get under TRL (`methods.signals.STEP_KEYS`' short names): TRL's two,
+# and the covariances the trainer computes itself
+TRL_REPORTS = frozenset({"entropy", "clip_fraction", "cov_fresh", "cov_replayed"})
 
 
 class StepTimer(TrainerCallback):
@@ -48,7 +43,7 @@ class StepTimer(TrainerCallback):
         t.meter.add_seconds("training", max(0.0, time.perf_counter() - self.started - generation))
         t.meter.add(gradient_steps=1)
         if t.last_sample is not None:
-            step = {**trl_step_metrics(t._metrics["train"]), **t._covariance.metrics()}
+            step = {**TRL_STEP_METRICS.read(t._metrics["train"]), **t._covariance.metrics()}
             t.host.after_step(t.last_sample, step)
         for key, value in t.replay_metrics().items():
             t._metrics["train"][key] = [value]  # a running total: log the latest, not a mean

@@ -9,20 +9,26 @@ trainer only refuses the few TRL settings that would schedule reuse behind the m
 from __future__ import annotations
 
 import json
-import math
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trl import GRPOConfig
 
 from llm_replay.algorithms.token_control import TokenControl
+from llm_replay.checks import number
 from llm_replay.config import ADAPTIVE_REFUSED, ReplayConfig
 from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.config.recipes import RECIPES, Recipe
+from llm_replay.frontend.metric_map import unreported_readings
+from llm_replay.frontend.settings import as_mapping, recipe_over, resolve_method
+from llm_replay.integrations.trl.callbacks import TRL_REPORTS
 from llm_replay.integrations.trl.token_control import LOSS_TYPES, control_from
 from llm_replay.methods import METHODS
 
+log = logging.getLogger(__name__)
 REPLAY_LOSSES = ("trl", "asymre")
 SCALE_TO_ADVANTAGE = {"group": "grpo", "none": "dr_grpo", "batch": "grpo"}
 
@@ -110,12 +116,8 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
                 f"scale_rewards = {self.scale_rewards!r}: replay_loss 'asymre' needs 'none' "
                 "(A = R − mean R, the Dr. GRPO advantage AsymRE shifts)"
             )
-        if not math.isfinite(self.replay_delta_v):
-            raise ValueError(f"replay_delta_v = {self.replay_delta_v!r}: must be finite")
-        if not math.isfinite(self.replay_correct_threshold):
-            raise ValueError(
-                f"replay_correct_threshold = {self.replay_correct_threshold!r}: must be finite"
-            )
+        number("replay_delta_v", self.replay_delta_v)
+        number("replay_correct_threshold", self.replay_correct_threshold)
         if self.num_iterations != 1:
             raise ValueError(
                 f"num_iterations = {self.num_iterations}: the replay method schedules reuse; "
@@ -123,11 +125,17 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
             )
         self.adaptive = self.adaptive_config()
         self.token_control = self.token_control_config()
+        _, silent = unreported_readings(self.replay.options, TRL_REPORTS)  # TRL reports clipping
+        if silent:
+            log.warning(
+                "replay_knobs.anneal: its m2 reading (m2_max) reads the log-ratio's second moment "
+                "against the behaviour policy, which TRL's loss does not report; it will not press"
+            )
 
     def token_control_config(self) -> TokenControl:
         """`replay_token_control` checked as `algorithm.token_control` is, and against the loss
         types whose normalisers the KL-Cov term is reduced with."""
-        given = json_mapping("replay_token_control", self.replay_token_control, "setting")
+        given = as_mapping(self.replay_token_control, "replay_token_control")
         recipe = RECIPES.get(self.replay_method)
         own = {} if recipe is None else recipe.token_control()
         if own:
@@ -151,7 +159,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         TRL fields it meets: the stages fill num_generations exactly, the advantage is per group.
         Under a recipe the user's fields go over the recipe's, and a refusal of the recipe's
         part says so."""
-        given = json_mapping("replay_adaptive", self.replay_adaptive, "setting")
+        given = as_mapping(self.replay_adaptive, "replay_adaptive")
         recipe = self.adaptive_recipe()
         if recipe is None:
             return self._checked_adaptive(given)
@@ -164,7 +172,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         """The recipe that turns adaptive rollouts on in this config (None where it names none
         or the user turned them off)."""
         recipe = RECIPES.get(self.replay_method)
-        given = json_mapping("replay_adaptive", self.replay_adaptive, "setting")
+        given = as_mapping(self.replay_adaptive, "replay_adaptive")
         if recipe is None or not recipe.adaptive() or given.get("enabled") is False:
             return None
         return recipe
@@ -181,7 +189,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         )
 
     def _checked_adaptive(self, given: Any) -> AdaptiveRolloutConfig:
-        value = json_mapping("replay_adaptive", given, "setting")
+        value = as_mapping(given, "replay_adaptive")
         try:
             adaptive: AdaptiveRolloutConfig = build(AdaptiveRolloutConfig, value, "replay_adaptive")
         except ConfigError as error:
@@ -215,45 +223,24 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
 
     def replay_config(self) -> ReplayConfig:
         """The method and its knobs, validated by the registry."""
-        if self.replay_method not in METHODS and self.replay_method not in RECIPES:
-            raise ValueError(
-                f"replay_method = {self.replay_method!r}: choose one of {sorted(METHODS)} or a "
-                f"recipe: {sorted(RECIPES)}"
-            )
-        knobs = json_mapping("replay_knobs", self.replay_knobs, "knob")
-        if "method" in knobs:
-            raise ValueError("replay_knobs.method: name the method with replay_method")
-        try:
-            return ReplayConfig.from_mapping(
-                {"method": self.replay_method, **knobs}, "replay_knobs"
-            )
-        except ConfigError as error:
-            raise ValueError(str(error)) from None
+        knobs = as_mapping(self.replay_knobs, "replay_knobs", "knob")
+        replay, _ = resolve_method(
+            self.replay_method, knobs, "replay_knobs", method_field="replay_method"
+        )
+        return replay
+
+    def refuse_missing_adaptive(self, directory: Path) -> None:
+        """A run with adaptive rollouts resuming a checkpoint written without them; where a
+        recipe turned them on, a run of the earlier `auto` resumes under `positive_schedule`."""
+        hint = self.recipe_adaptive_hint(
+            ", or replay_method='positive_schedule' to resume a run of 'auto' from before issue #38"
+        )
+        raise ValueError(
+            f"{directory}: the checkpoint has no adaptive rollout state (it was written without "
+            f"replay_adaptive){hint}"
+        )
 
     @property
     def advantage_estimator(self) -> str:
         """The llm-replay name of the advantage TRL computes at generation."""
         return SCALE_TO_ADVANTAGE.get(str(self.scale_rewards), "grpo")
-
-
-def recipe_over(recipe: dict[str, Any], given: dict[str, Any], switch: str) -> dict[str, Any]:
-    """The user's fields over a recipe's, field by field, as `--set` does in a run config; a
-    user's `switch` field that turns the part off (or to another mode) drops the recipe's other
-    fields, which belong to its own setting of it."""
-    if switch in given and given[switch] != recipe.get(switch):
-        return given
-    return {**recipe, **given}
-
-
-def json_mapping(name: str, value: Any, key: str) -> dict[str, Any]:
-    """A mapping field given as a dict, as a JSON string (the command line) or as None (empty)."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{name}: not valid JSON ({error})") from None
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ValueError(f"{name} = {value!r}: expected a mapping of {key} to value")
-    return value

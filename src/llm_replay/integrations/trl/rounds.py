@@ -24,6 +24,7 @@ from torch import Tensor
 
 from llm_replay.buffer import Sample
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.frontend.padded import pad_rows, sample_rows, unpad
 
 ROUND_KEYS = (
     "prompt_ids",
@@ -144,17 +145,13 @@ def to_rollouts(
     data = {k: v.detach().cpu().numpy() for k, v in round_.items()}
     if order is not None:
         data = {k: v[order] for k, v in data.items()}
-    prompt_mask = data["prompt_mask"].astype(bool)
-    completion_mask = data["completion_mask"].astype(bool)
-    completions = [row[m] for row, m in zip(data["completion_ids"], completion_mask, strict=True)]
+    completions = unpad(data["completion_ids"], data["completion_mask"])
     rewards = np.nan_to_num(data["rewards"], nan=0.0)
     eos = set(int(t) for t in eos_token_ids)
     return RolloutBatch.from_ragged(
-        prompt_ids=[row[m] for row, m in zip(data["prompt_ids"], prompt_mask, strict=True)],
+        prompt_ids=unpad(data["prompt_ids"], data["prompt_mask"]),
         completion_ids=completions,
-        behaviour_logprobs=[
-            row[m] for row, m in zip(data["behaviour"], completion_mask, strict=True)
-        ],
+        behaviour_logprobs=unpad(data["behaviour"], data["completion_mask"]),
         rewards=rewards,
         advantages=data["advantages"],
         group_ids=data["group_ids"],
@@ -192,39 +189,39 @@ def to_trl_inputs(
     sampling weights). `old_per_token_logps` is always filled; a caller whose loss takes the ratio
     against the current policy (AsymRE: exactly 1) removes it.
     """
-    ids = sample.input_ids[rows]
-    p = sample.prompt_lengths[rows].astype(np.int64)
-    c = sample.completion_lengths[rows].astype(np.int64)
-    n = len(p)
-    pw, cw = int(p.max(initial=1)), max(int(c.max(initial=0)), 1)
-    at = np.arange(ids.shape[1])
-    r = np.arange(n)[:, None]
-
-    offset = pw - p[:, None]
-    prompt_src = np.arange(pw)[None, :] - offset
-    prompt_mask = prompt_src >= 0
-    prompt = np.full((n, pw), pad_id, dtype=np.int64)
-    prompt[prompt_mask] = ids[r, np.clip(prompt_src, 0, None)][prompt_mask]
-
-    completion_src = p[:, None] + np.arange(cw)[None, :]
-    completion_mask = np.arange(cw)[None, :] < c[:, None]
-    src = np.clip(completion_src, 0, at[-1] if len(at) else 0)
-    completion = np.full((n, cw), pad_id, dtype=np.int64)
-    completion[completion_mask] = ids[r, src][completion_mask]
-    behaviour = np.zeros((n, cw), dtype=np.float32)
-    behaviour[completion_mask] = sample.behaviour_logprobs[rows][r, src][completion_mask]
-
+    prompts, completions, behaviour = sample_rows(sample, rows)
+    padded = pad_rows(prompts, completions, pad_id, behaviour)
     adv = sample.advantages[rows] if advantages is None else advantages[rows]
     if not np.all(np.isfinite(adv)):
         raise ValueError("advantages: a drawn row has no advantage (NaN)")
     tokens = int(sample.completion_lengths.sum())
-    out = {
-        "prompt_ids": torch.from_numpy(prompt).to(device),
-        "prompt_mask": torch.from_numpy(prompt_mask.astype(np.int64)).to(device),
-        "completion_ids": torch.from_numpy(completion).to(device),
-        "completion_mask": torch.from_numpy(completion_mask.astype(np.int64)).to(device),
-        "advantages": torch.from_numpy(np.asarray(adv, dtype=np.float32)).to(device),
-        "num_items_in_batch": torch.tensor(round(tokens * tokens_scale), device=device),
-    }
-    out["old_per_token_logps"] = torch.from_numpy(behaviour).to(device)
+    out = {k: torch.from_numpy(v).to(device) for k, v in padded.items() if k != "behaviour"}
+    out["advantages"] = torch.from_numpy(np.asarray(adv, dtype=np.float32)).to(device)
+    out["num_items_in_batch"] = torch.tensor(round(tokens * tokens_scale), device=device)
+    out["old_per_token_logps"] = torch.from_numpy(padded["behaviour"]).to(device)
     return out
+
+
+def one_input_per_prompt(generation_batch: Sequence[Any], group_size: int) -> list[Any]:
+    """TRL's generation batch repeats each prompt `group_size` times in a row (its
+    `RepeatSampler`): one input per prompt, checked."""
+    if len(generation_batch) % group_size:
+        raise ValueError(
+            f"a generation batch of {len(generation_batch)} rows is not whole groups of "
+            f"{group_size}"
+        )
+    firsts = list(generation_batch[::group_size])
+    for g, first in enumerate(firsts):
+        for row in generation_batch[g * group_size : (g + 1) * group_size]:
+            if row.get("prompt") != first.get("prompt"):
+                raise ValueError(
+                    f"generation batch row {g * group_size}: the rows of a group do not share a "
+                    "prompt (expected TRL's RepeatSampler order)"
+                )
+    return firsts
+
+
+def shuffled(batch: RolloutBatch) -> RolloutBatch:
+    """The round in a random order drawn from torch's generator, as TRL shuffles each generation
+    batch before splitting it into micro-steps."""
+    return batch.select(torch.randperm(len(batch)).numpy())

@@ -45,10 +45,9 @@ from llm_replay.tasks import SafeScorer, task_tag
 TASK_COLUMN = "task"  # the dataset column naming a mixture row's member (replay_task_column)
 ADVANTAGES = {"grpo": "group", "dr_grpo": "none"}
 PREFERENCE_REFUSED = (
-    "preference.enabled = true: not through TRL. TRL's online DPO trainer "
-    "(trl.experimental.online_dpo) pairs, scores and takes its reference log-probs inside one "
-    "training_step, with no seam to record or inject pairs short of copying it; run preference "
-    "replay in our loop (backend: native)"
+    "preference.enabled = true: backend 'trl' runs TRL's GRPOTrainer; pairs replayed inside TRL's "
+    "online DPO trainer are llm_replay.integrations.trl.online_dpo.ReplayOnlineDPOTrainer, which "
+    "compare does not drive yet; run preference replay here in our loop (backend: native)"
 )
 
 

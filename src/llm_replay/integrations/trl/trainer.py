@@ -39,21 +39,24 @@ from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.algorithms.token_control import clip_cov_generator
 from llm_replay.buffer import Sample
 from llm_replay.data.batch import RolloutBatch
-from llm_replay.integrations.trl.adaptive import TRLStages, one_input_per_prompt, shuffled
+from llm_replay.frontend.checkpoint import load_front_end, save_front_end
+from llm_replay.frontend.meter import count_generated, count_metrics, count_trained, draw_metrics
+from llm_replay.frontend.stages import TrainerStages
+from llm_replay.frontend.tasks import TaskColumn
 from llm_replay.integrations.trl.callbacks import StepTimer
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
-from llm_replay.integrations.trl.resume import check_behaviour, refuse_missing_adaptive
 from llm_replay.integrations.trl.rounds import (
     behaviour_logprobs,
     behaviour_or_zeros,
     gather_round,
     local_round,
+    one_input_per_prompt,
     process_rows,
+    shuffled,
     step_major,
     to_rollouts,
     to_trl_inputs,
 )
-from llm_replay.integrations.trl.tasks import TaskColumn
 from llm_replay.integrations.trl.token_control import (
     BEHAVIOUR_KEY,
     RAW_ADVANTAGES_KEY,
@@ -232,15 +235,17 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             return
         folder = f"checkpoint-{self.state.global_step}"
         target = Path(self._get_output_dir(trial=trial)) / folder / STATE_DIR
-        state = {
-            "rounds": self.rounds,
-            "meter": self.meter.state_dict(),
-            "reward_version": self.reward_version,
-            "behaviour_stored": self._needs_behaviour,
-        }
+        state: dict[str, Any] = {"rounds": self.rounds, "reward_version": self.reward_version}
         if self.adaptive is not None:
             state["adaptive"] = self.adaptive.state()
-        self.host.save(target, state, state_file=STATE_FILE)
+        save_front_end(
+            self.host,
+            target,
+            state,
+            meter=self.meter,
+            behaviour_stored=self._needs_behaviour,
+            state_file=STATE_FILE,
+        )
 
     def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -252,16 +257,15 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
                 f"{directory}: no llm-replay state in this checkpoint (was it written by "
                 "ReplayGRPOTrainer?)"
             )
-        state = self.host.load(directory, state_file=STATE_FILE)
-        table = getattr(self.pipeline.method, "table", None)
         reader = self._behaviour_reader() if self._needs_behaviour else None
-        check_behaviour(state, directory, reader=reader, table=table)
+        state = load_front_end(
+            self.host, directory, meter=self.meter, reader=reader, state_file=STATE_FILE
+        )
         self.rounds = int(state["rounds"])
-        self.meter.load_state_dict(state["meter"])
         self.reward_version = int(state.get("reward_version", 0))
         if self.adaptive is not None:
             if "adaptive" not in state:
-                refuse_missing_adaptive(directory, self.args)
+                self.args.refuse_missing_adaptive(directory)
             self.adaptive.load_state(state["adaptive"])
         self._round = None
         self._control_generator = None
@@ -310,15 +314,15 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
 
     @property
     def _needs_behaviour(self) -> bool:
-        """False where nothing reads them: AsymRE without KL-Cov, and the on-policy queue with no
-        option on, where every row is trained once before the weights move (TRL's shortcut)."""
-        if self.token_control.reads_behaviour:  # e.g. KL-Cov's term
-            return True
-        if self.args.replay_loss == "asymre":  # no ratio: the behaviour is never read
-            return False
-        if self.adaptive is not None:  # reused rows, and rounds of any size: the queue carries
-            return True  # rows of one round into the next step, after the weights moved
-        return not (self.pipeline.method.consumes_rollouts and not self.pipeline.options)
+        """The host's rule (`ReplayHost.reads_behaviour`): False where nothing reads them, AsymRE
+        without KL-Cov and the on-policy queue, where every row is trained once before the
+        weights move (TRL's shortcut). Adaptive rounds of any size carry rows of one round into
+        the next step, after the weights moved."""
+        return self.host.reads_behaviour(
+            ratio=self.args.replay_loss != "asymre",
+            control=self.token_control.reads_behaviour,
+            carries_rows=self.adaptive is not None,
+        )
 
     def _fresh_round(self, generation_batch: Any) -> Any:
         if self.adaptive is not None:
@@ -359,13 +363,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         seconds = time.perf_counter() - start
         self._generation_seconds += seconds
         self.meter.add_seconds("generation", seconds)
-        self.meter.add(
-            prompts_generated=total // self.num_generations,
-            rollouts_generated=total,
-            tokens_generated=int(fresh.completion_lengths.sum()),
-            prompt_tokens=int(fresh.prompt_lengths.sum()),
-            reward_calls=total,
-        )
+        count_generated(self.meter, fresh, prompts=total // self.num_generations)
         return fresh
 
     def _adaptive_round(self, generation_batch: Any) -> RolloutBatch:
@@ -375,7 +373,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         start = time.perf_counter()
         group_size = self.num_generations
         inputs = one_input_per_prompt(generation_batch, group_size)
-        stages = TRLStages(inputs, group_size, self._stage, self.reward_version)
+        stages = TrainerStages(inputs, group_size, self._stage, self.reward_version)
         indices = np.arange(len(inputs), dtype=np.int64)
         first_group = self.rounds * (self.args.generation_batch_size // group_size)
         batch, _ = self.adaptive.sample(stages, indices, first_group, self.meter)
@@ -451,20 +449,9 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             inputs["importance_sampling_ratio"] = torch.ones_like(
                 inputs["completion_mask"], dtype=torch.float32
             )
-        completion = int(sample.completion_lengths.sum())
-        self.meter.add(
-            rollouts_trained=len(sample),
-            tokens_trained=completion + int(sample.prompt_lengths.sum()),
-            completion_tokens_trained=completion,
-            gradient_steps=0,
-        )
+        count_trained(self.meter, sample)
         self.last_sample = sample
-        self.last_draw = {
-            "replay/age_mean": float(sample.ages.mean()),
-            "replay/age_max": float(sample.ages.max()),
-            "replay/reuse_mean": float(sample.times_sampled.mean()),
-            "replay/fresh_fraction": float((sample.ages == 0).mean()),
-        }
+        self.last_draw = draw_metrics(sample)
         for key, value in self.last_draw.items():
             self._metrics["train"][key].append(value)
         return inputs
@@ -497,16 +484,10 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             for k, v in self.host.metrics().items()
             if not k.startswith("buffer/") or k in BUFFER_METRICS or k.startswith("buffer/task/")
         }
-        c = self.meter.counts
         if self.adaptive is not None:
             out.update({f"replay/{k}": v for k, v in self.adaptive.metrics().items()})
         out["replay/rounds"] = float(self.rounds)
-        out["replay/tokens_generated"] = float(c["tokens_generated"])
-        out["replay/tokens_trained"] = float(c["completion_tokens_trained"])
-        out["replay/rollouts_generated"] = float(c["rollouts_generated"])
-        out["replay/rollouts_trained"] = float(c["rollouts_trained"])
-        if self.meter.mu is not None:
-            out["replay/mu"] = self.meter.mu
+        out.update(count_metrics(self.meter, "replay/"))
         out.update(self._covariance.metrics())  # loss/cov_fresh, loss/cov_replayed: the last step
         if self._treated:
             out["loss/cov_treated"] = float(np.mean(self._treated))

@@ -62,6 +62,7 @@ import torch
 
 from llm_replay.algorithms.losses import LossInputs, build_loss, loss_statistics
 from llm_replay.config import ReplayConfig
+from llm_replay.frontend.metric_map import MetricMap, unreported_readings
 from llm_replay.integrations.verl.plugin import LOSS_PREFIX, METRIC_PREFIX, REGISTERED
 from llm_replay.integrations.verl.settings import lookup
 from llm_replay.methods.signals import STEP_KEYS
@@ -90,13 +91,9 @@ TOKEN_MEAN = "token-mean"
 UpdateCallback = Callable[[Mapping[str, Any], float, int], None]
 
 
-def _number(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+ACTOR = MetricMap(ACTOR_METRICS)
+BEHAVIOUR = MetricMap(BEHAVIOUR_METRICS)
+ENTROPY = MetricMap({}, {"loss/entropy": ENTROPY_METRICS})
 
 
 def step_statistics(
@@ -106,19 +103,9 @@ def step_statistics(
     behaviour statistics only where `behaviour` (verl's old_log_prob is the behaviour policy),
     the entropy only where `token_mean` (the actor's `loss_agg_mode` is token-mean,
     `entropy_is_token_mean`)."""
-    names = {**ACTOR_METRICS, **(BEHAVIOUR_METRICS if behaviour else {})}
-    out = {}
-    for theirs, ours in names.items():
-        value = _number(metrics.get(theirs))
-        if value is not None:
-            out[ours] = value
-    if token_mean:
-        for theirs in ENTROPY_METRICS:
-            value = _number(metrics.get(theirs))
-            if value is not None:
-                out["loss/entropy"] = value
-                break
-    return out
+    return ((ACTOR | BEHAVIOUR) if behaviour else ACTOR).read(metrics) | (
+        ENTROPY.read(metrics) if token_mean else {}
+    )
 
 
 @functools.cache
@@ -165,31 +152,21 @@ def reported_signals(root: Any) -> frozenset[str]:
 
 def missing_signals(root: Any, replay: ReplayConfig) -> list[str]:
     """What the method's options read of the actor that verl, configured as `root`, does not
-    report. An option set to read a statistic that never comes (anneal's `clip_max` with a loss
-    that does not clip) is refused: the returned problems, each naming the setting. A reading on
-    by default that stays silent (anneal's `m2` without the behaviour statistics) is logged as a
-    warning, since the option's other readings still work. No option reads the step's entropy
-    (anneal's entropy reading is the fresh rounds' behaviour NLL, which verl gives every
-    replaying method through `rollout_log_probs`), so its absence is neither."""
+    report (`frontend.metric_map.unreported_readings`): a setting that would never press is
+    refused (the returned problems), a default reading that stays silent is warned about."""
     if root is None:
         return []
-    anneal = (replay.options or {}).get("anneal")
-    if anneal is None or not getattr(anneal, "enabled", False):
-        return []
-    if getattr(anneal, "mode", None) != "signals":
-        return []
-    reported = reported_signals(root)
+    refused, silent = unreported_readings(replay.options, reported_signals(root))
     mode = lookup(root, "actor_rollout_ref.actor.policy_loss.loss_mode")
     problems = []
-    clip_max = getattr(anneal, "clip_max", None)
-    if clip_max is not None and "clip_fraction" not in reported:
+    if "anneal.clip_max" in refused:
         clipped = [m for m in REGISTERED if "clip_fraction" in loss_reports(m[len(LOSS_PREFIX) :])]
         problems.append(
-            f"sampler_kwargs.anneal.clip_max = {clip_max!r}: loss_mode {mode} reports no clip "
-            "fraction (it does not clip), so the reading would never press; use a loss that "
-            f"clips ({', '.join(clipped)}) or leave clip_max unset"
+            f"sampler_kwargs.anneal.clip_max = {refused['anneal.clip_max']!r}: loss_mode {mode} "
+            "reports no clip fraction (it does not clip), so the reading would never press; use "
+            f"a loss that clips ({', '.join(clipped)}) or leave clip_max unset"
         )
-    if "log_ratio_m2" not in reported:
+    if "m2" in silent:
         log.warning(
             "llm-replay sampler: anneal's m2 reading (m2_max) reads the log-ratio's second "
             "moment against the behaviour policy, which verl reports only from our losses "

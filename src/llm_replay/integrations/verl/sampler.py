@@ -48,8 +48,10 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from llm_replay.buffer import Sample
 from llm_replay.config.parse import ConfigError
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.frontend.checkpoint import load_front_end, save_front_end
+from llm_replay.frontend.clock import UpdateClock
+from llm_replay.frontend.payloads import TrajectoryStore, content_key
 from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
-from llm_replay.integrations.verl.clock import StepTally, UpdateClock
 from llm_replay.integrations.verl.observer import (
     entropy_is_token_mean,
     missing_signals,
@@ -61,36 +63,26 @@ from llm_replay.integrations.verl.observer import (
 from llm_replay.integrations.verl.settings import (
     SamplerSettings,
     lookup,
-    measured_mu_problems,
     run_length,
     startup_problems,
     verl_root,
 )
+from llm_replay.integrations.verl.startup import MODES, mode_named
 from llm_replay.integrations.verl.state import (
     PIPELINE_DIR,
     STATE_DIR,
     STATE_FILE,
     TRAJECTORIES_DIR,
+    StepTally,
     clear_issued_rows,
     missing_state_message,
 )
-from llm_replay.integrations.verl.trajectories import (
-    TrajectoryStore,
-    content_key,
-    read_rollouts,
-    split_rows,
-)
-from llm_replay.methods.host import (
-    ReplayHost,
-    RunShape,
-    replays_stored_rows,
-)
+from llm_replay.integrations.verl.trajectories import read_rollouts, split_rows
+from llm_replay.methods.host import ReplayHost, RunShape, reads_behaviour
 from llm_replay.metrics.compute import ComputeMeter
 
 log = logging.getLogger(__name__)
 TRAIN = "train"
-SYNC = "sync"
-ASYNC_MODES = ("colocate_async", "separate_async")
 MAX_REFILLS = 8  # refills one step may ask for before the sampler stops the run
 # verl's own sampler polls TransferQueue every 2 s (and the trainer passes none): the wait for a
 # step's rollouts is μ's generation time, so a coarse poll would round it up by up to 2 s
@@ -102,8 +94,9 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
     docstring). verl builds it from `trainer.v1.sampler.custom_sampler` with `sampler_kwargs`;
     in verl's async modes the same name builds an `AsyncReplaySampler`."""
 
-    def __new__(cls, trainer_mode: str = SYNC, *args: Any, **kwargs: Any) -> ReplaySampler:
-        if cls is ReplaySampler and trainer_mode in ASYNC_MODES:
+    def __new__(cls, trainer_mode: str = "sync", *args: Any, **kwargs: Any) -> ReplaySampler:
+        mode = MODES.get(str(trainer_mode))
+        if cls is ReplaySampler and mode is not None and mode.asynchronous:
             cls = AsyncReplaySampler
         return super().__new__(cls)  # type: ignore[no-any-return]
 
@@ -119,12 +112,8 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         book: AdvantageBook = BOOK,
         **kwargs: Any,
     ) -> None:
-        if trainer_mode not in (SYNC, *ASYNC_MODES):
-            raise ValueError(
-                f"trainer.v1.trainer_mode = {trainer_mode!r}: llm-replay's sampler runs verl's "
-                f"{(SYNC, *ASYNC_MODES)} trainers"
-            )
-        if isinstance(self, AsyncReplaySampler) != (trainer_mode in ASYNC_MODES):
+        self.mode = mode_named(trainer_mode)
+        if isinstance(self, AsyncReplaySampler) != self.mode.asynchronous:
             raise ValueError(
                 f"trainer.v1.trainer_mode = {trainer_mode!r}: name ReplaySampler in "
                 "custom_sampler.name (it builds the class the mode needs)"
@@ -145,7 +134,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             raise ValueError(str(error)) from None
         root = verl_root(sampler_kwargs)
         replay = self.settings.replay
-        self.replays = replays_stored_rows(replay.method, replay.options)
+        self.replays = reads_behaviour(replay.method, replay.options, ratio=True)
         problems = startup_problems(
             root, self.replays, self.settings.advantage, self.settings.recipe
         )
@@ -163,8 +152,8 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         self.total_steps = self.settings.total_steps or run_length(root, self.calls_per_step)
         directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
         self.checkpoint_dir = None if directory is None else Path(str(directory))
-        self.measures_mu = trainer_mode == SYNC
-        mode_problems = measured_mu_problems(trainer_mode, replay.method, replay.settings)
+        self.measures_mu = self.mode.waits_for_rollouts
+        mode_problems = list(self.mode.refusals(replay.method, replay.settings))
         if mode_problems:
             raise ValueError("; ".join(mode_problems))
         if max_off_policy_threshold is not None and self.replays:
@@ -502,12 +491,14 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             "next_uid": self.next_uid,
             "next_group": self.next_group,
             "steps": self.steps,
-            "meter": self.meter.state_dict(),
             "clock": self.clock.state_dict(),
         }
-        self._host().save(
+        save_front_end(
+            self._host(),
             directory,
             state,
+            meter=self.meter,
+            behaviour_stored=self.replays,
             pipeline_dir=PIPELINE_DIR,
             state_file=STATE_FILE,
             also=lambda staging: self.store.save(staging / TRAJECTORIES_DIR),
@@ -522,13 +513,19 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
             )
         self.prompts_per_step = int(state["prompts_per_step"])
         self.group_size = int(state["group_size"])
-        self._host().load(directory, pipeline_dir=PIPELINE_DIR, state_file=STATE_FILE)
+        reader = "replayed rows' ratio (the method replays)" if self.replays else None
+        load_front_end(
+            self._host(),
+            directory,
+            meter=self.meter,
+            reader=reader,
+            pipeline_dir=PIPELINE_DIR,
+            state_file=STATE_FILE,
+        )
         self.store = TrajectoryStore.load(directory / TRAJECTORIES_DIR)
         self.next_uid = int(state["next_uid"])
         self.next_group = int(state["next_group"])
         self.steps = int(state["steps"])
-        if "meter" in state:  # older saves have none
-            self.meter.load_state_dict(state["meter"])
         if "clock" in state:  # older saves counted ages in verl steps
             self.clock.load_state_dict(state["clock"])
         self.started = True

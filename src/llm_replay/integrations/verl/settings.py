@@ -8,18 +8,23 @@ builds the sampler, before a model is loaded, and the error names it
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from llm_replay.algorithms.advantages import ADVANTAGES
+from llm_replay.checks import boolean, integer, number
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
-from llm_replay.config.recipes import RECIPES
+from llm_replay.frontend.settings import (
+    as_mapping,
+    default_advantage,
+    refuse_beyond_replay,
+    resolve_method,
+)
 from llm_replay.integrations.verl.startup import PREFIX
 from llm_replay.integrations.verl.startup import lookup as lookup  # re-exported for sampler.py
 from llm_replay.integrations.verl.startup import startup_problems as startup_problems
-from llm_replay.methods.host import follows_progress, reads_measured_mu
+from llm_replay.methods.host import follows_progress
 
 SAMPLER_KEYS = (
     "correct_threshold",
@@ -31,30 +36,14 @@ SAMPLER_KEYS = (
     "total_steps",
     "seed",
 )
-
-
-def plain_mapping(value: Any, where: str) -> dict[str, Any]:
-    """A DictConfig (interpolations resolved) or a mapping as a plain dict."""
-    if value is None:
-        return {}
-    try:
-        from omegaconf import OmegaConf
-    except ImportError:  # pragma: no cover - verl always brings omegaconf
-        OmegaConf = None
-    if OmegaConf is not None and OmegaConf.is_config(value):
-        value = OmegaConf.to_container(value, resolve=True)
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} = {value!r}: expected a mapping")
-    return {str(k): v for k, v in value.items()}
+NOT_RUN = "verl's trainer (the rollout and the loss's token terms are verl's own; docs/verl.md)"
 
 
 def _optional_int(data: dict[str, Any], name: str) -> int | None:
     value = data.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{PREFIX}.{name} = {value!r}: must be an integer >= 1")
-    return value
+    return (
+        None if value is None else integer(f"{PREFIX}.{name}", value, minimum=1, error=ConfigError)
+    )
 
 
 @dataclass(frozen=True)
@@ -72,7 +61,7 @@ class SamplerSettings:
 
     @classmethod
     def from_kwargs(cls, sampler_kwargs: Any) -> SamplerSettings:
-        data = plain_mapping(sampler_kwargs, PREFIX)
+        data = as_mapping(sampler_kwargs, PREFIX)
         own = {k: data.pop(k) for k in SAMPLER_KEYS if k in data}
         if "method" not in data:
             raise ConfigError(f"{PREFIX}.method: name a replay method (`llm-replay methods`)")
@@ -81,51 +70,33 @@ class SamplerSettings:
                 f"{PREFIX}.init_from: a table filled outside verl has no verl trajectories to "
                 "replay; start from an empty table"
             )
-        recipe = RECIPES.get(str(data["method"]))
-        if recipe is not None and recipe.beyond_replay():
-            alone = [
-                r.name
-                for r in RECIPES.values()
-                if not r.beyond_replay() and r.replay == recipe.replay and r.loss == recipe.loss
-            ]
-            raise ConfigError(
-                f"{PREFIX}.method = {recipe.name!r}: the recipe also sets "
-                f"{', '.join(recipe.beyond_replay())}, which verl's trainer does not run (the "
-                "rollout and the loss's token terms are verl's own; docs/verl.md), so it would "
-                "not be the method measured under that name"
-                + (f"; method={alone[0]} is its replay and loss alone" if alone else "")
-            )
-        replay = ReplayConfig.from_mapping(data, PREFIX)
-        threshold = own.get("correct_threshold", 1.0)
-        if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-            raise ConfigError(f"{PREFIX}.correct_threshold = {threshold!r}: must be a number")
-        if not math.isfinite(threshold):
-            raise ConfigError(f"{PREFIX}.correct_threshold = {threshold!r}: must be finite")
-        default_advantage = "grpo" if recipe is None else recipe.algorithm.get("advantage", "grpo")
-        advantage = own.get("advantage", default_advantage)
+        replay, recipe = resolve_method(
+            data["method"], data, PREFIX, method_field=f"{PREFIX}.method"
+        )
+        refuse_beyond_replay(recipe, f"{PREFIX}.method", NOT_RUN)
+        threshold = number(
+            f"{PREFIX}.correct_threshold", own.get("correct_threshold", 1.0), error=ConfigError
+        )
+        advantage = own.get("advantage", default_advantage(recipe))
         if advantage not in ADVANTAGES:
             raise ConfigError(
                 f"{PREFIX}.advantage = {advantage!r}: choose one of {sorted(ADVANTAGES)}"
             )
-        weights = own.get("sampling_weights", False)
-        if not isinstance(weights, bool):
-            raise ConfigError(f"{PREFIX}.sampling_weights = {weights!r}: must be true or false")
         directory = own.get("checkpoint_dir")
         if directory is not None and not isinstance(directory, str):
             raise ConfigError(f"{PREFIX}.checkpoint_dir = {directory!r}: must be a path")
-        seed = own.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise ConfigError(f"{PREFIX}.seed = {seed!r}: must be an integer >= 0")
         return cls(
             replay=replay,
-            correct_threshold=float(threshold),
+            correct_threshold=threshold,
             advantage=advantage,
-            sampling_weights=weights,
+            sampling_weights=boolean(
+                f"{PREFIX}.sampling_weights", own.get("sampling_weights", False), error=ConfigError
+            ),
             checkpoint_dir=directory,
             group_size=_optional_int(own, "group_size"),
             mini_batch_prompts=_optional_int(own, "mini_batch_prompts"),
             total_steps=_optional_int(own, "total_steps"),
-            seed=seed,
+            seed=integer(f"{PREFIX}.seed", own.get("seed", 0), minimum=0, error=ConfigError),
             recipe=None if recipe is None else recipe.name,
         )
 
@@ -156,16 +127,3 @@ def run_length(root: Any, updates_per_step: int = 1) -> int | None:
 
 def _plain_int(value: Any) -> int | None:
     return None if value is None or isinstance(value, bool) else int(value)
-
-
-def measured_mu_problems(trainer_mode: str, method: str, settings: Any) -> list[str]:
-    """A method that decides from the measured μ needs verl's sync mode, where a step waits for
-    its own rollouts; in the async modes generation overlaps training and nothing measures it."""
-    if trainer_mode == "sync" or not reads_measured_mu(method, settings):
-        return []
-    return [
-        f"sampler_kwargs.mu: method {method!r} decides from the measured μ, and in verl's "
-        f"{trainer_mode} mode generation overlaps training, so the trainer cannot measure it; "
-        "give the μ to plan for (generation cost per rollout ÷ training cost per row on your "
-        "hardware)"
-    ]

@@ -28,6 +28,7 @@ from typing import Any
 
 from llm_replay.algorithms.losses import LOSSES
 from llm_replay.config.recipes import RECIPES
+from llm_replay.methods.host import reads_measured_mu
 
 PREFIX = "sampler_kwargs"  # as errors name the sampler's knobs (settings.py)
 KWARGS = f"trainer.v1.sampler.{PREFIX}"  # as an override sets one
@@ -52,6 +53,48 @@ def _count(value: Any) -> int | None:
 
 def flash_attn_installed() -> bool:
     return importlib.util.find_spec("flash_attn") is not None
+
+
+@dataclass(frozen=True)
+class TrainerMode:
+    """One of verl's v1 trainers (`trainer.v1.trainer_mode`), as the sampler meets it."""
+
+    name: str
+    waits_for_rollouts: bool  # a step waits for its own rollouts, so μ can be measured (sync)
+    asynchronous: bool  # verl builds ReplayBufferAsync: the sampler is AsyncReplaySampler
+    standalone_rollout: bool  # generation on a pool of its own (`rollout.nnodes` × GPUs)
+
+    def refusals(self, method: str, settings: Any) -> Iterator[str]:
+        """What a method cannot have in this mode: the measured μ where a step does not wait
+        for its rollouts (generation overlaps training, and nothing measures it)."""
+        if not self.waits_for_rollouts and reads_measured_mu(method, settings):
+            yield (
+                f"sampler_kwargs.mu: method {method!r} decides from the measured μ, and in verl's "
+                f"{self.name} mode generation overlaps training, so the trainer cannot measure "
+                "it; give the μ to plan for (generation cost per rollout ÷ training cost per row "
+                "on your hardware)"
+            )
+
+
+MODES = {
+    mode.name: mode
+    for mode in (
+        TrainerMode("sync", waits_for_rollouts=True, asynchronous=False, standalone_rollout=False),
+        TrainerMode("colocate_async", False, asynchronous=True, standalone_rollout=False),
+        TrainerMode("separate_async", False, asynchronous=True, standalone_rollout=True),
+    )
+}
+
+
+def mode_named(name: Any) -> TrainerMode:
+    """verl's `trainer.v1.trainer_mode` as its object, or a refusal naming the modes run."""
+    mode = MODES.get(str(name))
+    if mode is None:
+        raise ValueError(
+            f"trainer.v1.trainer_mode = {name!r}: llm-replay's sampler runs verl's "
+            f"{tuple(MODES)} trainers"
+        )
+    return mode
 
 
 @dataclass(frozen=True)
@@ -138,7 +181,8 @@ def rollout_fits_its_gpus(run: VerlRun) -> Iterator[str]:
     dp = _count(run.get(f"{rollout}.data_parallel_size")) or 1
     pp = _count(run.get(f"{rollout}.pipeline_model_parallel_size")) or 1
     replica = tp * dp * pp
-    separate = run.get("trainer.v1.trainer_mode") == "separate_async"
+    mode = MODES.get(str(run.get("trainer.v1.trainer_mode")))
+    separate = mode is not None and mode.standalone_rollout
     pools = []
     if not separate or run.get("actor_rollout_ref.hybrid_engine") is not False:
         pools.append(("trainer", "the rollout shares with the actor"))

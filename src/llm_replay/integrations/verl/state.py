@@ -9,6 +9,7 @@ TransferQueue still holds the rows the sampler had put for the checkpointed step
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import transfer_queue as tq
@@ -64,3 +65,19 @@ def clear_issued_rows() -> None:
     keys = [key for key in listed.get(TRAIN, {}) if key.startswith(UID_PREFIX)]
     if keys:
         tq.kv_clear(keys=keys, partition_id=TRAIN)
+
+
+@dataclass
+class StepTally:
+    """One verl step as the sampler sees it: its number, the updates (`sample` calls) still to
+    come, and what it composed, counted over all of them (verl averages a step's updates'
+    metrics, so a count is reported once, on the step's last update)."""
+
+    number: int = 0
+    calls_left: int = 0
+    first_fresh_group: int = -1
+    composed: bool = False
+    fresh: int = 0
+    refilled: int = 0
+    trained: int = 0
+    replayed: int = 0

@@ -1,0 +1,85 @@
+"""A front end's checkpoint: the host's state, the μ meter and the front end's own counters, saved
+and resumed together, and what a resume under other settings must refuse.
+
+A checkpoint is resumed under the settings the user gives now, which may not be the ones it was
+written under. Rows stored without behaviour log-probs (a front end's shortcut when nothing reads
+them: TRL's on-policy queue, verl without replay) reaching a run whose ratio or KL-Cov term reads
+them would train on zeros read as a behaviour policy certain of every token: the checkpoint says
+whether its run stored them (`behaviour_stored`), and such a resume is refused with the setting
+to change. One written before that flag existed is read for all-zero rows instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from llm_replay.buffer import ReplayTable
+from llm_replay.methods.host import HOST_FILE, ReplayHost, refuse_zero_behaviour
+from llm_replay.metrics import ComputeMeter
+
+BEHAVIOUR_STORED = "behaviour_stored"
+
+
+def save_front_end(
+    host: ReplayHost,
+    target: Path,
+    state: Mapping[str, Any],
+    *,
+    meter: ComputeMeter,
+    behaviour_stored: bool,
+    pipeline_dir: str = ".",
+    state_file: str = HOST_FILE,
+    also: Callable[[Path], None] | None = None,
+) -> None:
+    """The host's pipeline, the front end's `state`, its meter and whether its rows carry
+    behaviour log-probs, all at `target` at once (`ReplayHost.save`)."""
+    host.save(
+        target,
+        {**state, "meter": meter.state_dict(), BEHAVIOUR_STORED: behaviour_stored},
+        pipeline_dir=pipeline_dir,
+        state_file=state_file,
+        also=also,
+    )
+
+
+def load_front_end(
+    host: ReplayHost,
+    source: Path,
+    *,
+    meter: ComputeMeter,
+    reader: str | None,
+    pipeline_dir: str = ".",
+    state_file: str = HOST_FILE,
+) -> dict[str, Any]:
+    """The front end's state saved by `save_front_end`, after the host's pipeline and the meter
+    are loaded; `reader`: what in this run reads the stored behaviour log-probs (None: nothing),
+    for the refusal of a checkpoint whose rows carry none."""
+    state = host.load(source, pipeline_dir=pipeline_dir, state_file=state_file)
+    check_behaviour(state, source, reader=reader, table=getattr(host.method, "table", None))
+    if "meter" in state:  # saves from before the kit may have none
+        meter.load_state_dict(state["meter"])
+    return state
+
+
+def check_behaviour(
+    state: Mapping[str, Any],
+    directory: Path,
+    *,
+    reader: str | None,
+    table: ReplayTable | None,
+) -> None:
+    """Refuse rows stored without behaviour log-probs for a run in which `reader` reads them
+    (module docstring)."""
+    if reader is None:
+        return
+    stored = state.get(BEHAVIOUR_STORED)
+    if stored is False:
+        raise ValueError(
+            f"{directory}: the run that wrote this checkpoint stored no behaviour log-probs "
+            f"(AsymRE without KL-Cov, or the on-policy queue, never reads them), and this run's "
+            f"{reader} does; resume it with the settings it was started with, or start a new run"
+        )
+    if stored is None and table is not None:
+        refuse_zero_behaviour(table, f"{directory} (resumed under {reader})")
