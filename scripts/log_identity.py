@@ -3,11 +3,13 @@ record for record.
 
     python scripts/log_identity.py run  --tree /path/to/checkout --out OUT [--only NAME,...]
     python scripts/log_identity.py diff OUT_BEFORE OUT_AFTER
+    python scripts/log_identity.py diff COMPARE_OUT_BEFORE COMPARE_OUT_AFTER   # any two outputs
 
 `run` trains each short run below with the tree's own `src/` (so one virtualenv serves both
 trees), each in `OUT/NAME/`. `diff` compares every key the two `metrics.jsonl` files share,
 except timings (seconds, wall time, measured μ, throughput, idle shares), and prints one line a
-run: records, values compared, values that differ and the first record that differs. A run whose
+run: records, values compared, values that differ and the first record that differs (the runs
+above, or every `metrics.jsonl` under OUT_BEFORE, such as two `llm-replay compare` outputs). A run whose
 records differ in number is reported as such. Keys only one side has are listed, not compared
 (a new signal key is expected; a lost one is not).
 """
@@ -99,7 +101,10 @@ def same(a: Any, b: Any) -> bool:
 
 def diff(before: Path, after: Path) -> int:
     worst = 0
-    for name in RUNS:
+    names = [n for n in RUNS if (before / n / "metrics.jsonl").is_file()] or sorted(
+        str(p.parent.relative_to(before)) for p in before.rglob("metrics.jsonl")
+    )
+    for name in names:
         a, b = before / name, after / name
         if not (a / "metrics.jsonl").is_file() or not (b / "metrics.jsonl").is_file():
             print(

@@ -14,7 +14,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "llm_replay"
 LAYERS: list[set[str]] = [  # bottom first; a top-level module is a package of its own
-    {"data", "near_miss", "checks", "metrics", "generation", "algorithms"},
+    {"checks"},
+    {"data", "near_miss", "metrics", "generation", "algorithms"},
     {"llm_replay", "buffer", "models"},
     {"tasks", "learner", "methods"},
     {"evaluation"},

@@ -124,7 +124,7 @@ def test_the_reading_across_tasks_by_hand() -> None:
     text = suite_markdown(reading)
     assert across["median_ratio_ci95"] == [0.8, 0.8]  # every seed alike: nothing moves it
     assert across["median_ratio_within_goal"] == 0.0
-    assert "| m | 3 (3) | 0.80× [0.80–0.80×] | 0% | not reached | -2.0 | 2/3 | 3/3 |" in text
+    assert "| m | 3 (3) | 0.80× [0.80–0.80×] | 0% | not reached | -2.0 | 2/3 | 3/3 (0) |" in text
     # c's baseline ends 1 point above where it started: no gain to save, read for harm only
     gains = suite_summary(summaries, "base", {"a": 0.3, "b": 0.2, "c": 0.29})
     across = gains["methods"]["m"]["across"]
@@ -173,6 +173,7 @@ def test_the_medians_interval_reads_right_in_every_case() -> None:
 
     finite = line({"median_ratio_ci95": [0.28, 0.72], "median_ratio_within_goal": 0.29})
     assert "| 0.50× [0.28–0.72×] | 29% |" in finite
+    assert finite.endswith("| 2/2 | 2/2 (0) |")  # pass@8 kept on both tasks, raised on none
     open_above = line({"median_ratio_ci95": [0.28, None], "median_ratio_within_goal": 0.996})
     assert "| 0.50× [0.28×–not reached] | >99% |" in open_above
     never = line({"median_ratio_ci95": [None, None], "median_ratio_within_goal": 0.004})
@@ -190,7 +191,7 @@ def test_the_medians_interval_reads_right_in_every_case() -> None:
         },
     }
     across = across_tasks(rows)
-    assert across["median_ratio"] == pytest.approx(0.6)
+    assert across["median_ratio"] == pytest.approx(0.6) and across["pass_raised"] == 0
     low, high = across["median_ratio_ci95"]
     assert low == pytest.approx((0.3 + 0.2) / 2) and high == pytest.approx((0.3 + 2.0) / 2)
 
@@ -267,3 +268,13 @@ def test_every_tasks_rows_are_checked_before_the_first_run(
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match=r"tasks = \['chain_summ'\]: .*did you mean 'chain_sum'"):
         run_suite(suite, progress=False, tasks=["chain_summ"])
+
+
+def test_pass_at_k_is_raised_only_above_the_baselines_whole_interval() -> None:
+    from llm_replay.experiments.across_tasks import _kept, _raised
+
+    base = {"median": 0.5, "ci95": [0.45, 0.55]}
+    assert _raised({"median": 0.56}, base) and _kept({"median": 0.56}, base)
+    assert not _raised({"median": 0.55}, base) and _kept({"median": 0.5}, base)
+    assert _raised({"median": 0.51}, {"median": 0.5}) is True  # one seed: above its value
+    assert _raised({"median": math.nan}, base) is None

@@ -104,6 +104,6 @@ def test_a_reading_the_trainer_cannot_feed_is_refused_or_said_to_stay_silent() -
     ).replay.options
     assert unreported_readings(signals, frozenset({"clip_fraction", "log_ratio_m2"})) == ({}, [])
     refused, silent = unreported_readings(signals, frozenset())
-    assert refused == {"anneal.clip_max": 0.2} and silent == ["m2"]
+    assert refused == {"anneal.clip_max": 0.2} and silent == ["anneal.log_ratio_m2"]
     schedule = load_config("positive_schedule").replay.options  # reads no learner statistic
     assert unreported_readings(schedule, frozenset()) == ({}, [])

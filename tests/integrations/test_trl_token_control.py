@@ -14,15 +14,14 @@ from trl import GRPOTrainer
 
 from llm_replay.algorithms.losses import build_loss, policy_loss
 from llm_replay.algorithms.token_control import TokenControl
-from llm_replay.integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-from llm_replay.integrations.trl.token_control import (
+from llm_replay.frontend.token_control import (
     BEHAVIOUR_KEY,
-    LOSS_TYPES,
     RAW_ADVANTAGES_KEY,
     REUSED_KEY,
     WEIGHTS_KEY,
-    trl_aggregate,
 )
+from llm_replay.integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
+from llm_replay.integrations.trl.token_control import LOSS_TYPES, trl_aggregate
 
 
 class Captured(ReplayGRPOTrainer):

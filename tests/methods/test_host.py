@@ -116,3 +116,12 @@ def test_save_and_load_round_trip_atomically(rng: np.random.Generator, tmp_path:
 
 def test_the_pipeline_is_what_the_front_ends_drove_before() -> None:
     assert isinstance(host_for("positive").pipeline, ReplayPipeline)
+
+
+def test_the_groups_a_methods_tables_hold_are_named(rng: np.random.Generator) -> None:
+    host = host_for("uniform", "replay.capacity=16")
+    assert host.stored_groups() == set()
+    list(host.round(make_batch(rng, 16, first_group=3)))  # groups 3..6
+    list(host.round(make_batch(rng, 8, first_group=7)))  # 7, 8: the oldest two leave (capacity)
+    assert host.stored_groups() == {5, 6, 7, 8}
+    assert host_for("on_policy").stored_groups() == set()  # the queue stores nothing

@@ -112,6 +112,7 @@ def test_stages_stop_a_prompt_at_its_first_correct_completion() -> None:
     assert metrics["adaptive/rollouts_per_prompt"] == 4.0
     assert metrics["adaptive/unsolved"] == pytest.approx(1 / 3)
     assert metrics["adaptive/stages"] == 3 and metrics["adaptive/reused"] == 0
+    assert metrics["adaptive/first_stage_correct"] == pytest.approx(1 / 6)  # stage 1: 1 of 6
     # advantages within each group as generated: grpo of [1, 0] is [1, -1]
     assert batch.advantages[:2] == pytest.approx([1.0, -1.0], abs=1e-5)
     assert batch.advantages[6:] == pytest.approx([0.0] * 6)

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from llm_replay.checks import integer
+
 
 @dataclass
 class HeadGate:
@@ -30,8 +32,7 @@ class HeadGate:
     def __post_init__(self) -> None:
         if not (math.isfinite(self.ratio) and (self.ratio == 0 or self.ratio > 1)):
             raise ValueError(f"head_gate = {self.ratio!r}: must be 0 (off) or above 1")
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 1:
-            raise ValueError(f"head_gate_warmup = {self.warmup!r}: must be an integer >= 1")
+        integer("head_gate_warmup", self.warmup, minimum=1)
 
     @property
     def active(self) -> bool:

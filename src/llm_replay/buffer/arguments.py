@@ -8,14 +8,14 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.checks import integer
+
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 I64 = npt.NDArray[np.int64]
 
 
 def batch_size_arg(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"batch_size = {value!r}: must be a positive integer")
-    return int(value)
+    return integer("batch_size", value, minimum=1)
 
 
 def pad_id_arg(value: object) -> int:
@@ -46,9 +46,7 @@ def keys_arg(keys: npt.ArrayLike) -> I64:
 def token_arg(value: object) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-        raise ValueError(f"token = {value!r}: must be None or a non-negative integer")
-    return int(value)
+    return integer("token", value, minimum=0)
 
 
 def item_bound_args(

@@ -54,6 +54,7 @@ from llm_replay.buffer.checkpoint import (
     write_atomic_dir,
 )
 from llm_replay.buffer.log_records import encode_record, read_segment
+from llm_replay.checks import integer
 
 
 class Table(Protocol):
@@ -98,8 +99,7 @@ class OperationLog:
     ) -> None:
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync = {fsync!r}: choose one of {FSYNC_POLICIES}")
-        if isinstance(fsync_every, bool) or not isinstance(fsync_every, int) or fsync_every < 1:
-            raise ValueError(f"fsync_every = {fsync_every!r}: must be an integer >= 1")
+        integer("fsync_every", fsync_every, minimum=1)
         self.directory = Path(directory)
         self.policy = fsync
         self.every = fsync_every

@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.buffer.storage import RolloutStorage
+from llm_replay.checks import integer
 
 I64 = npt.NDArray[np.int64]
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -43,9 +44,7 @@ REASONS: tuple[str, ...] = (
 def _positive_int(name: str, value: int | None) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise ValueError(f"{name} = {value!r}: must be a positive integer or None")
-    return int(value)
+    return integer(name, value, minimum=1)
 
 
 @dataclass(frozen=True)

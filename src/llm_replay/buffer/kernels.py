@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.checks import integer
+
 BACKENDS = ("auto", "numba", "numpy")
 
 
@@ -67,8 +69,7 @@ def gather_backend() -> str:
 def set_gather_threads(n: int) -> None:
     """Threads for the compiled padded gather (1: the serial kernel, the default)."""
     global _threads, _parallel_gather
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"gather threads = {n!r}: must be an integer >= 1")
+    integer("gather threads", n, minimum=1)
     if n > 1:
         if _load() is None:
             raise ValueError(f"gather threads = {n}: needs numba (pip install 'llm-replay[fast]')")

@@ -54,6 +54,7 @@ from llm_replay.buffer.stats import TableCounters, TableStats
 from llm_replay.buffer.storage import RolloutStorage
 from llm_replay.buffer.table_state import restore_table, table_arguments, table_state, table_stats
 from llm_replay.buffer.updates import TableUpdates
+from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.data.rollout import Group, Rollout
 
@@ -118,8 +119,7 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
                 f"max_rollouts = {max_rollouts} and the {self.sampler.name!r} sampler draws "
                 "without replacement: such a sample could never be served"
             )
-        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-            raise ValueError(f"seed = {seed!r}: must be a non-negative integer")
+        integer("seed", seed, minimum=0)
         self.max_items, self.groups_per_item = item_bound_args(max_items, groups_per_item)
         self.name = str(name)
         self.seed = int(seed)

@@ -17,6 +17,7 @@ from llm_replay.buffer.arguments import keys_arg
 from llm_replay.buffer.eviction import EvictionPolicy
 from llm_replay.buffer.samplers import Prioritized, Sampler
 from llm_replay.buffer.storage import RolloutStorage
+from llm_replay.checks import integer
 
 I64 = npt.NDArray[np.int64]
 
@@ -113,8 +114,7 @@ class TableUpdates:
 
     def set_policy_version(self, version: int) -> int:
         """Advance the learner's policy version; evicts rollouts past `max_age`. Returns evictions."""
-        if isinstance(version, bool) or not isinstance(version, int | np.integer):
-            raise ValueError(f"version = {version!r}: must be an integer")
+        integer("version", version)
         with self._cond:
             if version < self._version:
                 raise ValueError(

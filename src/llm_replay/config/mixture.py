@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_replay.buffer.task_parts import TaskParts
+from llm_replay.checks import integer
 from llm_replay.config.parse import ConfigError, did_you_mean, setting
 from llm_replay.tasks.builtin import ANSWER_TOKENS, BUILTIN_TASKS
 from llm_replay.tasks.mixture import MemberSpec
@@ -118,10 +119,9 @@ def _member(name: Any, spec: Any, prefix: str) -> MemberSpec:
             raise ConfigError(f"{key}.strip_spaces = {spec['strip_spaces']!r}: expected a bool")
         values["strip_spaces"] = spec["strip_spaces"]
     if "answer_tokens" in spec:
-        tokens = spec["answer_tokens"]
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-            raise ConfigError(f"{key}.answer_tokens = {tokens!r}: expected an integer >= 1")
-        values["answer_tokens"] = tokens
+        values["answer_tokens"] = integer(
+            f"{key}.answer_tokens", spec["answer_tokens"], minimum=1, error=ConfigError
+        )
     return MemberSpec(name=name, weight=float(weight), **values)
 
 

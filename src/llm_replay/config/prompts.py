@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from llm_replay.checks import integer
 from llm_replay.config.parse import ConfigError, setting
 
 
@@ -23,8 +24,7 @@ class PromptSkipConfig:
     )
 
     def check(self) -> None:
-        if isinstance(self.after, bool) or not isinstance(self.after, int) or self.after < 1:
-            raise ConfigError(f"after = {self.after!r}: must be an integer >= 1")
+        integer("after", self.after, minimum=1, error=ConfigError)
         if not (math.isfinite(self.retest) and 0 < self.retest <= 1):
             raise ConfigError(f"retest = {self.retest!r}: must be in (0, 1]")
 
@@ -46,5 +46,4 @@ class AdaptiveRolloutConfig:
 
     def check(self) -> None:
         k = self.stage_size
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ConfigError(f"stage_size = {k!r}: must be an integer >= 1")
+        integer("stage_size", k, minimum=1, error=ConfigError)

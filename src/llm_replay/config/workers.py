@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llm_replay.buffer.durable import FSYNC_POLICIES
+from llm_replay.checks import integer
 from llm_replay.config.parse import ConfigError, check_positive, did_you_mean, setting
 
 
@@ -40,8 +41,7 @@ class WorkersConfig:
         for name in ("cpus_per_worker", "gpus_per_worker", "learner_cpus", "learner_gpus"):
             check_positive(name, getattr(self, name), zero_ok=True)
         check_positive("max_restarts", self.max_restarts, zero_ok=True)
-        if isinstance(self.table_shards, bool) or not isinstance(self.table_shards, int):
-            raise ConfigError(f"table_shards = {self.table_shards!r}: must be an integer >= 1")
+        integer("table_shards", self.table_shards, minimum=1, error=ConfigError)
         check_positive("table_shards", self.table_shards)
         if self.table_fsync is not None and self.table_fsync not in FSYNC_POLICIES:
             raise ConfigError(

@@ -25,6 +25,7 @@ from llm_replay.experiments.suite_stats import (
 from llm_replay.experiments.suite_stats import interval_text as _interval
 from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
+from llm_replay.experiments.tail import tail_markdown
 
 PASS_KEY = "pass@8"
 MIN_GAIN_POINTS = 2.0
@@ -87,6 +88,7 @@ def task_reading(method: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]
         "entropy_kept": _kept(method.get("entropy"), base.get("entropy")),
         "pass": _median(method.get(PASS_KEY)),
         "pass_kept": _kept(method.get(PASS_KEY), base.get(PASS_KEY)),
+        "pass_raised": _raised(method.get(PASS_KEY), base.get(PASS_KEY)),
     }
 
 
@@ -114,6 +116,7 @@ def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "worst_margin": min(margins) if margins else None,
         "entropy_kept": sum(bool(r["entropy_kept"]) for r in rows.values()),
         "pass_kept": sum(bool(r["pass_kept"]) for r in rows.values()),
+        "pass_raised": sum(bool(r.get("pass_raised")) for r in rows.values()),
     }
 
 
@@ -133,6 +136,18 @@ def _kept(value: Any, reference: Any) -> bool | None:
     return bool(median >= low)
 
 
+def _raised(value: Any, reference: Any) -> bool | None:
+    """The method's median is above the baseline's interval (with one baseline seed, above its
+    value): diversity raised, not only kept."""
+    median, high = _median(value), None
+    if isinstance(reference, dict):
+        interval = reference.get("ci95")
+        high = interval[1] if interval is not None else reference.get("median")
+    if median is None or high is None or not (math.isfinite(median) and math.isfinite(high)):
+        return None
+    return bool(median > high)
+
+
 def suite_markdown(reading: dict[str, Any]) -> str:
     """The reading as Markdown: one table across tasks, then one row per method and task."""
     lines = [
@@ -141,7 +156,7 @@ def suite_markdown(reading: dict[str, Any]) -> str:
         "",
         "| method | tasks (baseline gains on) | median ratio [95% over seeds] | "
         f"resamples ≤ {MEDIAN_RATIO_GOAL}× | worst ratio | worst margin (points) | entropy kept "
-        f"| {PASS_KEY} kept |",
+        f"| {PASS_KEY} kept (raised) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in reading["methods"].items():
@@ -151,7 +166,8 @@ def suite_markdown(reading: dict[str, Any]) -> str:
             f"{_x(a['median_ratio'])}{_interval(a.get('median_ratio_ci95'))} | "
             f"{_share(a.get('median_ratio_within_goal'))} | "
             f"{_x(a['worst_ratio'])} | {_pts(a['worst_margin'])} | "
-            f"{a['entropy_kept']}/{a['tasks']} | {a['pass_kept']}/{a['tasks']} |"
+            f"{a['entropy_kept']}/{a['tasks']} | {a['pass_kept']}/{a['tasks']} "
+            f"({a.get('pass_raised', 0)}) |"
         )
     lines += [
         "",
@@ -184,6 +200,12 @@ def suite_markdown(reading: dict[str, Any]) -> str:
     lines += envelope.suite_lines(reading)
     if reading.get("noise_floor"):
         lines += ["", noise_floor_markdown(reading["noise_floor"])]
+    if reading.get("tail"):
+        lines += [
+            "",
+            "Each seed against on-policy's other seeds (the tail, `experiments/tail.py`):",
+        ]
+        lines += ["", tail_markdown(reading["tail"])]
     return "\n".join(lines)
 
 

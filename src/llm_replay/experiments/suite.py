@@ -38,6 +38,7 @@ from llm_replay.experiments.across_tasks import (
     suite_summary,
     task_reading,
 )
+from llm_replay.experiments.analysis import RunCurves
 from llm_replay.experiments.compare import check_methods, planned_runs, run_experiment, summarise
 from llm_replay.experiments.experiment_file import (
     Experiment,
@@ -52,6 +53,7 @@ from llm_replay.experiments.noise_floor import (
     task_noise_floor,
 )
 from llm_replay.experiments.suite_stats import BASIS
+from llm_replay.experiments.tail import plot_tails, task_tail
 from llm_replay.runtime.layout import SUMMARY_FILE
 from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
 
@@ -170,9 +172,21 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     starts = {task: _start(suite.tasks[task]) for task in summaries}
     reading = suite_summary(summaries, suite.baseline, starts)
     reading["waiting_tasks"] = waiting
-    floor = _noise_floor(suite, reading)
+    finished = {task: _finished(suite, task) for task in reading["tasks"]}
+    floor = _noise_floor(suite, reading, finished)
     if floor is not None:
         reading["noise_floor"] = floor
+    tails = {
+        task: {
+            name: task_tail(method, runs[suite.baseline])
+            for name, method in runs.items()
+            if name != suite.baseline
+        }
+        for task, runs in finished.items()
+        if len(runs.get(suite.baseline, {})) >= 2
+    }
+    if any(tails.values()):
+        reading["tail"] = tails
     out = suite.out if dest_name is None else suite.out / dest_name
     out.mkdir(parents=True, exist_ok=True)
     (out / "suite_summary.json").write_text(json.dumps(reading, indent=1) + "\n")
@@ -180,27 +194,36 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     reading["plots"] += [str(p) for p in envelope_plot.plot_suite_envelope(suite, summaries, out)]
     if floor is not None:
         reading["plots"].append(str(plot_noise_floor(floor, out / "suite_noise_floor.png")))
+    if reading.get("tail"):
+        drawn = plot_tails(reading["tail"], finished, suite.baseline, out / "suite_tail.png")
+        reading["plots"] += [str(p) for p in drawn]
     return reading
 
 
-def _noise_floor(suite: Suite, reading: dict[str, Any]) -> dict[str, Any] | None:
+def _finished(suite: Suite, task: str) -> dict[str, dict[int, RunCurves]]:
+    """Every finished run of a task, by method and seed."""
+    experiment = suite.tasks[task]
+    finished: dict[str, dict[int, RunCurves]] = {}
+    for method in experiment.methods:
+        for seed in experiment.seeds_of(method):
+            run_dir = experiment.run_dir(method.name, seed)
+            if (run_dir / SUMMARY_FILE).is_file():
+                finished.setdefault(method.name, {})[seed] = RunCurves.load(run_dir)
+    return finished
+
+
+def _noise_floor(
+    suite: Suite, reading: dict[str, Any], finished: dict[str, dict[str, dict[int, RunCurves]]]
+) -> dict[str, Any] | None:
     """The baseline read against itself (`noise_floor`), and every method over the same splits,
     on every task where the baseline has more than NOISE_FLOOR_SEEDS finished runs; None when
     no task has."""
-    from llm_replay.experiments.analysis import RunCurves
-
     tasks: dict[str, dict[str, Any]] = {}
     for task in reading["tasks"]:
-        experiment = suite.tasks[task]
-        finished: dict[str, dict[int, RunCurves]] = {}
-        for method in experiment.methods:
-            for seed in experiment.seeds_of(method):
-                run_dir = experiment.run_dir(method.name, seed)
-                if (run_dir / SUMMARY_FILE).is_file():
-                    finished.setdefault(method.name, {})[seed] = RunCurves.load(run_dir)
-        base = finished.pop(suite.baseline, {})
+        others = dict(finished[task])
+        base = others.pop(suite.baseline, {})
         if len(base) > NOISE_FLOOR_SEEDS:
-            tasks[task] = task_noise_floor(base, task_reading, NOISE_FLOOR_SEEDS, finished)
+            tasks[task] = task_noise_floor(base, task_reading, NOISE_FLOOR_SEEDS, others)
             tasks[task]["no_gain"] = reading["tasks"][task]["no_gain"]
     if not tasks:
         return None

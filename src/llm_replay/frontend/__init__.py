@@ -17,5 +17,6 @@ the trainer's own subclass or hook plus one module of glue:
 - `payloads`: the trainer's own fields of each row, kept beside the table until no table holds
   the row's group, saved without pickle; `clock`: versions in optimizer steps for a trainer
   that counts its own; `tasks`: a dataset column naming each row's task; `stages`: AR3PO's
-  adaptive rounds through the trainer's own generate-and-score.
+  adaptive rounds through the trainer's own generate-and-score; `token_control`:
+  Clip-Cov, KL-Cov and W-REINFORCE inside a trainer's own loss.
 """

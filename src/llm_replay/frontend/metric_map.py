@@ -57,20 +57,21 @@ class MetricMap:
 def unreported_readings(
     options: Mapping[str, Any] | None, reported: frozenset[str]
 ) -> tuple[dict[str, Any], list[str]]:
-    """What a method's options read of the learner that a trainer does not report (`reported`:
-    `methods.signals.STEP_KEYS`' short names). Returns the settings to refuse (a reading set by
-    the user that would never press: anneal's `clip_max` without a clip fraction) and the
-    readings on by default that stay silent (anneal's `m2` without the log-ratio's moment), for a
-    warning, since the option's other readings still work. No option reads the step's entropy
-    (anneal's entropy reading is the fresh rounds' behaviour NLL), so its absence is neither."""
-    anneal = (options or {}).get("anneal")
-    if anneal is None or not getattr(anneal, "enabled", False):
-        return {}, []
-    if getattr(anneal, "mode", None) != "signals":
-        return {}, []
+    """What a method's options read of the learner (`OptionConfig.learner_readings`) that a
+    trainer does not report (`reported`: `methods.signals.STEP_KEYS`' short names). Returns the
+    settings to refuse, `option.knob` → value (a reading the user asked for that would never
+    press: anneal's `clip_max` without a clip fraction), and the `option.statistic` readings on by
+    default that stay silent, for a warning, since the option's other readings still work."""
     refused: dict[str, Any] = {}
-    clip_max = getattr(anneal, "clip_max", None)
-    if clip_max is not None and "clip_fraction" not in reported:
-        refused["anneal.clip_max"] = clip_max
-    silent = [] if "log_ratio_m2" in reported else ["m2"]
+    silent: list[str] = []
+    for name, settings in (options or {}).items():
+        if not getattr(settings, "enabled", False):
+            continue
+        for statistic, knob, value in settings.learner_readings():
+            if statistic in reported:
+                continue
+            if knob is None:
+                silent.append(f"{name}.{statistic}")
+            else:
+                refused[f"{name}.{knob}"] = value
     return refused, silent

@@ -396,6 +396,13 @@ class OptionConfig:
     def check(self) -> None:
         """Raise `MethodConfigError` naming the knob."""
 
+    def learner_readings(self) -> list[tuple[str, str | None, object]]:
+        """The learner statistics these settings read (`methods.signals.STEP_KEYS`' short
+        names), each with the knob that asked for it (None: a reading on by default) and its
+        value, so that a front end whose trainer does not report one can refuse the knob or say
+        the reading stays silent (`frontend.metric_map.unreported_readings`)."""
+        return []
+
 
 OptionT = TypeVar("OptionT", bound="OptionConfig")
 

@@ -246,6 +246,16 @@ class ReplayHost:
     def set_policy_version(self, version: int) -> None:
         self.pipeline.set_policy_version(version)
 
+    def stored_groups(self) -> set[int]:
+        """The group ids some table of the method holds a row of (a front end that keeps the
+        trainer's own fields of each row drops the rest)."""
+        groups: set[int] = set()
+        for part in self.pipeline.parts():
+            for table in part.stored_tables():
+                storage = table.storage
+                groups.update(int(g) for g in storage.group_id[storage.live_slots()])
+        return groups
+
     def restart_due(self) -> bool:
         """The method asks its trainer to restart from the base model now (RLEP)."""
         return self.pipeline.restart_due()

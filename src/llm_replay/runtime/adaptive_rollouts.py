@@ -17,8 +17,10 @@ reused rows), and it is not charged as generation. A kept completion scored unde
 version (a refreshed reward model) is not reused.
 
 The meter counts only what is generated; `adaptive/rollouts_per_prompt`, `adaptive/unsolved`
-(the share of prompts with no correct completion after every stage) and `adaptive/reused` (rows
-reused this round) go into the log. State is JSON (the kept completions and the counts).
+(the share of prompts with no correct completion after every stage), `adaptive/reused` (rows
+reused this round) and `adaptive/first_stage_correct` (the first stage's correct share: the
+policy's pass@1 on fresh prompts, which the round's correct share understates, since unsolved
+prompts get more rollouts) go into the log. State is JSON (the kept completions and the counts).
 """
 
 from __future__ import annotations
@@ -142,6 +144,11 @@ class AdaptiveRollouts:
             "adaptive/rollouts_per_prompt": len(batch) / max(1, n),
             "adaptive/unsolved": float((~solved).mean()) if n else 0.0,
             "adaptive/stages": float(len(parts)),
+            # every prompt's first stage: the policy's pass@1 on fresh prompts, unbiased (the
+            # round's correct share is not, since unsolved prompts get more rollouts)
+            "adaptive/first_stage_correct": float(parts[0].correct.mean())
+            if len(parts[0])
+            else 0.0,
         }
         self.totals["prompts"] += n
         self.totals["rollouts"] += len(batch)

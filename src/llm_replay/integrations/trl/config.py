@@ -24,8 +24,9 @@ from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.config.recipes import RECIPES, Recipe
 from llm_replay.frontend.metric_map import unreported_readings
 from llm_replay.frontend.settings import as_mapping, recipe_over, resolve_method
+from llm_replay.frontend.token_control import control_from
 from llm_replay.integrations.trl.callbacks import TRL_REPORTS
-from llm_replay.integrations.trl.token_control import LOSS_TYPES, control_from
+from llm_replay.integrations.trl.token_control import LOSS_TYPES
 from llm_replay.methods import METHODS
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
         self.adaptive = self.adaptive_config()
         self.token_control = self.token_control_config()
         _, silent = unreported_readings(self.replay.options, TRL_REPORTS)  # TRL reports clipping
-        if silent:
+        if "anneal.log_ratio_m2" in silent:
             log.warning(
                 "replay_knobs.anneal: its m2 reading (m2_max) reads the log-ratio's second moment "
                 "against the behaviour policy, which TRL's loss does not report; it will not press"

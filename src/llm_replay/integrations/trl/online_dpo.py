@@ -248,7 +248,8 @@ class ReplayOnlineDPOTrainer(OnlineDPOTrainer):  # type: ignore[misc]
         first = (judged[:n] >= judged[n:]).cpu()
         chosen = torch.where(first, torch.arange(n), torch.arange(n) + n)
         rejected = torch.where(first, torch.arange(n) + n, torch.arange(n))
-        keep = (judged[:n] != judged[n:]).cpu()  # a tie is no preference to replay
+        scored = torch.isfinite(judged[:n]) & torch.isfinite(judged[n:])  # no reward: no verdict
+        keep = ((judged[:n] != judged[n:]) & scored).cpu()  # nor is a tie one to replay
         order = torch.stack([chosen, rejected], 1)[keep].reshape(-1).numpy()
         width = completion_ids.size(1)
         policy = torch.cat([self._policy[:n], self._policy[b : b + n]])[:, :width]

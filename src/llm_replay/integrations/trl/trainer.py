@@ -38,11 +38,20 @@ from trl.trainer.utils import shuffle_sequence_dict
 from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.algorithms.token_control import clip_cov_generator
 from llm_replay.buffer import Sample
+from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.frontend.checkpoint import load_front_end, save_front_end
 from llm_replay.frontend.meter import count_generated, count_metrics, count_trained, draw_metrics
 from llm_replay.frontend.stages import TrainerStages
 from llm_replay.frontend.tasks import TaskColumn
+from llm_replay.frontend.token_control import (
+    BEHAVIOUR_KEY,
+    RAW_ADVANTAGES_KEY,
+    REUSED_KEY,
+    WEIGHTS_KEY,
+    ControlledMicroBatch,
+    weighted_advantages,
+)
 from llm_replay.integrations.trl.callbacks import StepTimer
 from llm_replay.integrations.trl.config import ReplayGRPOConfig
 from llm_replay.integrations.trl.rounds import (
@@ -57,15 +66,7 @@ from llm_replay.integrations.trl.rounds import (
     to_rollouts,
     to_trl_inputs,
 )
-from llm_replay.integrations.trl.token_control import (
-    BEHAVIOUR_KEY,
-    RAW_ADVANTAGES_KEY,
-    REUSED_KEY,
-    WEIGHTS_KEY,
-    ControlledMicroBatch,
-    trl_aggregate,
-    weighted_advantages,
-)
+from llm_replay.integrations.trl.token_control import trl_aggregate
 from llm_replay.learner import CovarianceSums, reused_rows
 from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.metrics import ComputeMeter
@@ -162,8 +163,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         """Say that the reward functions changed (a reward model in `reward_funcs` was retrained
         or swapped): rollouts scored from now on carry `version`, and the `stale_rewards` option
         treats those scored before as stale. Versions never go back."""
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise ValueError(f"version = {version!r}: must be an integer >= 0")
+        integer("version", version, minimum=0)
         if version < self.reward_version:
             raise ValueError(
                 f"version = {version}: the reward version is already {self.reward_version} and "

@@ -166,7 +166,7 @@ def missing_signals(root: Any, replay: ReplayConfig) -> list[str]:
             "reports no clip fraction (it does not clip), so the reading would never press; use "
             f"a loss that clips ({', '.join(clipped)}) or leave clip_max unset"
         )
-    if "m2" in silent:
+    if "anneal.log_ratio_m2" in silent:
         log.warning(
             "llm-replay sampler: anneal's m2 reading (m2_max) reads the log-ratio's second "
             "moment against the behaviour policy, which verl reports only from our losses "

@@ -32,7 +32,6 @@ verl's own sampler unchanged. The learner-side signals and μ come from verl's a
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -48,7 +47,6 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from llm_replay.buffer import Sample
 from llm_replay.config.parse import ConfigError
 from llm_replay.data.batch import RolloutBatch
-from llm_replay.frontend.checkpoint import load_front_end, save_front_end
 from llm_replay.frontend.clock import UpdateClock
 from llm_replay.frontend.payloads import TrajectoryStore, content_key
 from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
@@ -69,12 +67,10 @@ from llm_replay.integrations.verl.settings import (
 )
 from llm_replay.integrations.verl.startup import MODES, mode_named
 from llm_replay.integrations.verl.state import (
-    PIPELINE_DIR,
     STATE_DIR,
     STATE_FILE,
-    TRAJECTORIES_DIR,
+    SamplerCheckpoints,
     StepTally,
-    clear_issued_rows,
     missing_state_message,
 )
 from llm_replay.integrations.verl.trajectories import read_rollouts, split_rows
@@ -89,7 +85,7 @@ MAX_REFILLS = 8  # refills one step may ask for before the sampler stops the run
 POLL_SECONDS = 0.05
 
 
-class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
+class ReplaySampler(SamplerCheckpoints, ReplayBuffer):  # type: ignore[misc]
     """verl v1's `ReplayBuffer` whose training batches an llm-replay method composes (module
     docstring). verl builds it from `trainer.v1.sampler.custom_sampler` with `sampler_kwargs`;
     in verl's async modes the same name builds an `AsyncReplaySampler`."""
@@ -281,7 +277,7 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
 
     def _step_metrics(self) -> dict[str, float]:
         host = self._host()
-        self.store.prune(self._live_groups())
+        self.store.prune(host.stored_groups())
         self.steps += 1
         return {
             **{f"llm_replay/{k}": float(v) for k, v in host.metrics().items()},
@@ -410,14 +406,6 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
                 advantages.append(float(values[b]))
         return keys, rows, tags, advantages
 
-    def _live_groups(self) -> set[int]:
-        live: set[int] = set()
-        tables = [t for part in self._host().pipeline.parts() for t in part.stored_tables()]
-        for table in tables:
-            storage = table.storage
-            live.update(int(g) for g in storage.group_id[storage.live_slots()])
-        return live
-
     # ---------------------------------------------------------------- building, saving, resuming
     def _host(self) -> ReplayHost:
         if self.host is None:
@@ -464,72 +452,6 @@ class ReplaySampler(ReplayBuffer):  # type: ignore[misc]
         if state is None or not (state / STATE_FILE).is_file():
             raise FileNotFoundError(missing_state_message(global_steps, folder))
         self.load(state)
-
-    def _resumed_from(self, step: int) -> Path | None:
-        """The checkpoint folder verl resumed from, found as verl's `_load_checkpoint` finds it:
-        `trainer.resume_from_path` in `resume_path` mode (anywhere, not only under
-        `default_local_dir`), else `global_step_<step>` under `sampler_kwargs.checkpoint_dir`
-        or `trainer.default_local_dir` (relative paths from the working directory)."""
-        if str(lookup(self.root, "trainer.resume_mode") or "") == "resume_path":
-            given = lookup(self.root, "trainer.resume_from_path")
-            if given:
-                return Path(str(given)).absolute()
-        if self.checkpoint_dir is None:
-            return None
-        return self.checkpoint_dir.absolute() / f"global_step_{step}"
-
-    def save(self, directory: Path) -> None:
-        """Write the sampler's whole state to `directory` atomically (through the host)."""
-        if self.pending:  # verl saves between steps, when every composed batch was handed out
-            raise RuntimeError(
-                f"saving in the middle of step {self.step.number}: {len(self.pending)} composed "
-                "batches not yet handed to verl"
-            )
-        state = {
-            "prompts_per_step": self.prompts_per_step,
-            "group_size": self.group_size,
-            "next_uid": self.next_uid,
-            "next_group": self.next_group,
-            "steps": self.steps,
-            "clock": self.clock.state_dict(),
-        }
-        save_front_end(
-            self._host(),
-            directory,
-            state,
-            meter=self.meter,
-            behaviour_stored=self.replays,
-            pipeline_dir=PIPELINE_DIR,
-            state_file=STATE_FILE,
-            also=lambda staging: self.store.save(staging / TRAJECTORIES_DIR),
-        )
-
-    def load(self, directory: Path) -> None:
-        state = json.loads((directory / STATE_FILE).read_text())
-        if state["method"] != self.settings.replay.method:
-            raise ValueError(
-                f"{directory}: saved by method {state['method']!r}, not "
-                f"{self.settings.replay.method!r}"
-            )
-        self.prompts_per_step = int(state["prompts_per_step"])
-        self.group_size = int(state["group_size"])
-        reader = "replayed rows' ratio (the method replays)" if self.replays else None
-        load_front_end(
-            self._host(),
-            directory,
-            meter=self.meter,
-            reader=reader,
-            pipeline_dir=PIPELINE_DIR,
-            state_file=STATE_FILE,
-        )
-        self.store = TrajectoryStore.load(directory / TRAJECTORIES_DIR)
-        self.next_uid = int(state["next_uid"])
-        self.next_group = int(state["next_group"])
-        self.steps = int(state["steps"])
-        if "clock" in state:  # older saves counted ages in verl steps
-            self.clock.load_state_dict(state["clock"])
-        self.started = True
-        clear_issued_rows()
 
 
 class AsyncReplaySampler(ReplaySampler, ReplayBufferAsync):  # type: ignore[misc]

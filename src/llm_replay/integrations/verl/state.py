@@ -9,12 +9,20 @@ TransferQueue still holds the rows the sampler had put for the checkpointed step
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import transfer_queue as tq
 
+from llm_replay.frontend.checkpoint import load_front_end, save_front_end
+from llm_replay.frontend.clock import UpdateClock
+from llm_replay.frontend.payloads import TrajectoryStore
 from llm_replay.integrations.verl.advantages import UID_PREFIX
+from llm_replay.integrations.verl.startup import lookup
+from llm_replay.methods.host import ReplayHost
+from llm_replay.metrics.compute import ComputeMeter
 
 STATE_DIR = "llm_replay"
 STATE_FILE = "sampler.json"
@@ -81,3 +89,93 @@ class StepTally:
     refilled: int = 0
     trained: int = 0
     replayed: int = 0
+
+
+class SamplerCheckpoints:
+    """`ReplaySampler`'s save, load and the search for the checkpoint verl resumed from (mixed
+    in): its counters, meter and clock beside the host's tables and the kept trajectories."""
+
+    root: Any
+    checkpoint_dir: Path | None
+    pending: list[Any]
+    step: StepTally
+    settings: Any
+    replays: bool
+    meter: ComputeMeter
+    store: TrajectoryStore
+    clock: UpdateClock
+    prompts_per_step: int | None
+    group_size: int | None
+    next_uid: int
+    next_group: int
+    steps: int
+    started: bool
+
+    def _host(self) -> ReplayHost:
+        raise NotImplementedError
+
+    def _resumed_from(self, step: int) -> Path | None:
+        """The checkpoint folder verl resumed from, found as verl's `_load_checkpoint` finds it:
+        `trainer.resume_from_path` in `resume_path` mode (anywhere, not only under
+        `default_local_dir`), else `global_step_<step>` under `sampler_kwargs.checkpoint_dir`
+        or `trainer.default_local_dir` (relative paths from the working directory)."""
+        if str(lookup(self.root, "trainer.resume_mode") or "") == "resume_path":
+            given = lookup(self.root, "trainer.resume_from_path")
+            if given:
+                return Path(str(given)).absolute()
+        if self.checkpoint_dir is None:
+            return None
+        return self.checkpoint_dir.absolute() / f"global_step_{step}"
+
+    def save(self, directory: Path) -> None:
+        """Write the sampler's whole state to `directory` atomically (through the host)."""
+        if self.pending:  # verl saves between steps, when every composed batch was handed out
+            raise RuntimeError(
+                f"saving in the middle of step {self.step.number}: {len(self.pending)} composed "
+                "batches not yet handed to verl"
+            )
+        state = {
+            "prompts_per_step": self.prompts_per_step,
+            "group_size": self.group_size,
+            "next_uid": self.next_uid,
+            "next_group": self.next_group,
+            "steps": self.steps,
+            "clock": self.clock.state_dict(),
+        }
+        save_front_end(
+            self._host(),
+            directory,
+            state,
+            meter=self.meter,
+            behaviour_stored=self.replays,
+            pipeline_dir=PIPELINE_DIR,
+            state_file=STATE_FILE,
+            also=lambda staging: self.store.save(staging / TRAJECTORIES_DIR),
+        )
+
+    def load(self, directory: Path) -> None:
+        state = json.loads((directory / STATE_FILE).read_text())
+        if state["method"] != self.settings.replay.method:
+            raise ValueError(
+                f"{directory}: saved by method {state['method']!r}, not "
+                f"{self.settings.replay.method!r}"
+            )
+        self.prompts_per_step = int(state["prompts_per_step"])
+        self.group_size = int(state["group_size"])
+        reader = "replayed rows' ratio (the method replays)" if self.replays else None
+        load_front_end(
+            self._host(),
+            directory,
+            meter=self.meter,
+            reader=reader,
+            pipeline_dir=PIPELINE_DIR,
+            state_file=STATE_FILE,
+        )
+        self.store = TrajectoryStore.load(directory / TRAJECTORIES_DIR)
+        self.next_uid = int(state["next_uid"])
+        self.next_group = int(state["next_group"])
+        self.steps = int(state["steps"])
+        if "clock" in state:  # older saves counted ages in verl steps
+            self.clock.load_state_dict(state["clock"])
+        self.started = True
+        clear_issued_rows()

@@ -44,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
@@ -83,6 +84,17 @@ class AnnealConfig(OptionConfig):
     m2_max: float = knob(0.04, "signals: log-ratio second moment on stale rows above this presses")
     clip_max: float | None = knob(None, "signals: clipped-token fraction above this presses")
 
+    def learner_readings(self) -> list[tuple[str, str | None, object]]:
+        """In `signals` mode: the drift reading (on by default) and the clip reading (where
+        `clip_max` is set); the entropy reading is the fresh rounds' behaviour NLL, not the
+        learner's. The schedule reads none."""
+        if self.mode != "signals":
+            return []
+        readings: list[tuple[str, str | None, object]] = [("log_ratio_m2", None, self.m2_max)]
+        if self.clip_max is not None:
+            readings.append(("clip_fraction", "clip_max", self.clip_max))
+        return readings
+
     def check(self) -> None:
         if self.mode not in MODES:
             raise MethodConfigError(f"mode = {self.mode!r}: expected one of {list(MODES)}")
@@ -92,8 +104,7 @@ class AnnealConfig(OptionConfig):
                 raise MethodConfigError(f"{name} = {value!r}: must be in [0, 1]")
         if self.mode == "schedule" and self.end <= self.start:
             raise MethodConfigError(f"end = {self.end!r}: must be above start = {self.start!r}")
-        if isinstance(self.window, bool) or not isinstance(self.window, int) or self.window < 3:
-            raise MethodConfigError(f"window = {self.window!r}: must be an integer >= 3")
+        integer("window", self.window, minimum=3, error=MethodConfigError)
         positive("min_gain", self.min_gain, zero_ok=True)
         positive("plateau_z", self.plateau_z, zero_ok=True)
         positive("m2_max", self.m2_max)

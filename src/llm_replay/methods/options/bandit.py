@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
@@ -68,9 +69,7 @@ class BanditConfig(OptionConfig):
 
     def check(self) -> None:
         for name, low in (("window", 6), ("warmup", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise MethodConfigError(f"{name} = {value!r}: must be an integer >= {low}")
+            integer(name, getattr(self, name), minimum=low, error=MethodConfigError)
         if self.warmup > self.window:
             raise MethodConfigError(
                 f"warmup = {self.warmup!r}: must be at most window = {self.window!r}"
@@ -78,8 +77,7 @@ class BanditConfig(OptionConfig):
         if not (isinstance(self.p_min, int | float) and 0.0 <= self.p_min <= 0.5):
             raise MethodConfigError(f"p_min = {self.p_min!r}: must be in [0, 0.5]")
         positive("mu", self.mu, zero_ok=True)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise MethodConfigError(f"seed = {self.seed!r}: must be an integer")
+        integer("seed", self.seed, error=MethodConfigError)
 
 
 def arm_slopes(

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
@@ -38,8 +39,7 @@ class RetireConfig(OptionConfig):
     def check(self) -> None:
         if not (math.isfinite(self.pass_rate) and 0.0 < self.pass_rate <= 1.0):
             raise MethodConfigError(f"pass_rate = {self.pass_rate!r}: must be in (0, 1]")
-        if isinstance(self.rounds, bool) or not isinstance(self.rounds, int) or self.rounds < 1:
-            raise MethodConfigError(f"rounds = {self.rounds!r}: must be an integer >= 1")
+        integer("rounds", self.rounds, minimum=1, error=MethodConfigError)
 
 
 @register_option

@@ -35,6 +35,7 @@ import numpy as np
 
 from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.buffer import Sample
+from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
     MethodConfigError,
@@ -61,8 +62,7 @@ class StaleRewardsConfig(OptionConfig):
     def check(self) -> None:
         if self.policy not in POLICIES:
             raise MethodConfigError(f"policy = {self.policy!r}: choose one of {POLICIES}")
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
-            raise MethodConfigError(f"budget = {self.budget!r}: must be an integer >= 1")
+        integer("budget", self.budget, minimum=1, error=MethodConfigError)
         if not (math.isfinite(self.half_life) and self.half_life > 0):
             raise MethodConfigError(f"half_life = {self.half_life!r}: must be finite and > 0")
 
