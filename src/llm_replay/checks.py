@@ -30,20 +30,16 @@ def number(
     name: str,
     value: Any,
     *,
-    minimum: float | None = None,
     positive: bool = False,
     error: type[ValueError] = ValueError,
 ) -> float:
-    """`value` as a finite float (a bool is not one), > 0 with `positive`, at least `minimum`
-    where given."""
+    """`value` as a finite float (a bool is not one), > 0 with `positive`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise error(f"{name} = {value!r}: must be a number")
     if not math.isfinite(value):
         raise error(f"{name} = {value!r}: must be finite")
     if positive and value <= 0:
         raise error(f"{name} = {value!r}: must be > 0")
-    if minimum is not None and value < minimum:
-        raise error(f"{name} = {value!r}: must be >= {minimum}")
     return float(value)
 
 

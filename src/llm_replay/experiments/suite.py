@@ -53,7 +53,7 @@ from llm_replay.experiments.noise_floor import (
     task_noise_floor,
 )
 from llm_replay.experiments.suite_stats import BASIS
-from llm_replay.experiments.tail import plot_tails, task_tail
+from llm_replay.experiments.tail import cross_ratios, plot_tails, shares, task_tail
 from llm_replay.runtime.layout import SUMMARY_FILE
 from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_overrides
 
@@ -176,15 +176,16 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     floor = _noise_floor(suite, reading, finished)
     if floor is not None:
         reading["noise_floor"] = floor
-    tails = {
-        task: {
-            name: task_tail(method, runs[suite.baseline])
-            for name, method in runs.items()
-            if name != suite.baseline
-        }
-        for task, runs in finished.items()
-        if len(runs.get(suite.baseline, {})) >= 2
-    }
+    tails: dict[str, dict[str, Any]] = {}
+    for task, runs in finished.items():
+        base = runs.get(suite.baseline, {})
+        if len(base) >= 2:
+            own = shares(cross_ratios(base, base))
+            tails[task] = {
+                name: task_tail(method, base, own=own)
+                for name, method in runs.items()
+                if name != suite.baseline
+            }
     if any(tails.values()):
         reading["tail"] = tails
     out = suite.out if dest_name is None else suite.out / dest_name

@@ -92,11 +92,16 @@ def shares(ratios: Sequence[float]) -> dict[str, Any]:
 
 
 def task_tail(
-    method: Mapping[int, RunCurves], baseline: Mapping[int, RunCurves], basis: str = BASIS
+    method: Mapping[int, RunCurves],
+    baseline: Mapping[int, RunCurves],
+    basis: str = BASIS,
+    own: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One method on one task (both keyed by seed; the baseline needs two seeds or more)."""
+    """One method on one task (both keyed by seed; the baseline needs two seeds or more); `own`:
+    the baseline against itself (`shares(cross_ratios(baseline, baseline))`), where a caller
+    reading several methods has it already."""
     paired = {s: pair_ratio(run, baseline[s], basis) for s, run in method.items() if s in baseline}
-    own = shares(cross_ratios(baseline, baseline, basis))
+    own = shares(cross_ratios(baseline, baseline, basis)) if own is None else own
     cross = shares(cross_ratios(method, baseline, basis))
     excess = None
     if own.get("pairs") and cross.get("pairs"):

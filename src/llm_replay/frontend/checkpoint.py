@@ -44,6 +44,17 @@ def save_front_end(
     )
 
 
+def state_directory(checkpoint: Any, state_dir: str, state_file: str, writer: str) -> Path:
+    """Where a trainer checkpoint keeps the front end's state (`checkpoint/state_dir`), or a
+    FileNotFoundError saying it holds none and which trainer writes it."""
+    directory = Path(checkpoint) / state_dir
+    if not (directory / state_file).is_file():
+        raise FileNotFoundError(
+            f"{directory}: no llm-replay state in this checkpoint (was it written by {writer}?)"
+        )
+    return directory
+
+
 def load_front_end(
     host: ReplayHost,
     source: Path,

@@ -58,6 +58,19 @@ class PairReplay:
         self.wrongness = np.zeros(0, dtype=np.float64)
         self.evicted = 0
 
+    @classmethod
+    def from_settings(cls, settings: Any, seed: int) -> PairReplay:
+        """The table `preference.*` describes (`PreferenceConfig`: replay, capacity, max_age,
+        recency_half_life, priority_exponent)."""
+        return cls(
+            mode=settings.replay,
+            capacity=settings.capacity,
+            max_age=settings.max_age,
+            recency_half_life=settings.recency_half_life,
+            priority_exponent=settings.priority_exponent,
+            seed=seed,
+        )
+
     def __len__(self) -> int:
         return len(self.chosen)
 

@@ -59,14 +59,7 @@ class PreferenceTrainer(SyncTrainer):
             temperature=config.generation.temperature,
             micro_batch=config.train.micro_batch_size,
         )
-        self.pairs = PairReplay(
-            mode=p.replay,
-            capacity=p.capacity,
-            max_age=p.max_age,
-            recency_half_life=p.recency_half_life,
-            priority_exponent=p.priority_exponent,
-            seed=config.train.seed,
-        )
+        self.pairs = PairReplay.from_settings(p, seed=config.train.seed)
         self.annotator: SafeAnnotator | None = None
         self.pair_maker: PairMaker | None = None
         self._round_prompts: dict[int, int] = {}

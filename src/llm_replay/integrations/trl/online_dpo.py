@@ -46,6 +46,7 @@ from llm_replay.checks import integer
 from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.preference import PreferenceConfig
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.frontend.checkpoint import state_directory
 from llm_replay.frontend.meter import count_generated, count_metrics
 from llm_replay.frontend.padded import pad_rows, sample_rows, unpad
 from llm_replay.frontend.settings import as_mapping
@@ -119,15 +120,7 @@ class ReplayOnlineDPOTrainer(OnlineDPOTrainer):  # type: ignore[misc]
             raise TypeError(f"args: expected ReplayOnlineDPOConfig, got {type(self.args).__name__}")
         if self.accelerator.num_processes > 1 and self.args.replay_pairs:
             raise ValueError("replay_pairs: one process only (each would keep its own table)")
-        t = self.args.table
-        self.pairs = PairReplay(
-            mode=t.replay,
-            capacity=t.capacity,
-            max_age=t.max_age,
-            recency_half_life=t.recency_half_life,
-            priority_exponent=t.priority_exponent,
-            seed=self.args.seed,
-        )
+        self.pairs = PairReplay.from_settings(self.args.table, seed=self.args.seed)
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
         self._replayed: Sample | None = None
         self._fresh = 0
@@ -321,12 +314,7 @@ class ReplayOnlineDPOTrainer(OnlineDPOTrainer):  # type: ignore[misc]
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        directory = Path(checkpoint) / STATE_DIR
-        if not (directory / STATE_FILE).is_file():
-            raise FileNotFoundError(
-                f"{directory}: no llm-replay state in this checkpoint (was it written by "
-                "ReplayOnlineDPOTrainer?)"
-            )
+        directory = state_directory(checkpoint, STATE_DIR, STATE_FILE, "ReplayOnlineDPOTrainer")
         self.pairs.load(directory)
         state = json.loads((directory / STATE_FILE).read_text())
         self.meter.load_state_dict(state["meter"])

@@ -40,7 +40,7 @@ from llm_replay.algorithms.token_control import clip_cov_generator
 from llm_replay.buffer import Sample
 from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
-from llm_replay.frontend.checkpoint import load_front_end, save_front_end
+from llm_replay.frontend.checkpoint import load_front_end, save_front_end, state_directory
 from llm_replay.frontend.meter import count_generated, count_metrics, count_trained, draw_metrics
 from llm_replay.frontend.stages import TrainerStages
 from llm_replay.frontend.tasks import TaskColumn
@@ -251,12 +251,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        directory = Path(checkpoint) / STATE_DIR
-        if not (directory / STATE_FILE).is_file():
-            raise FileNotFoundError(
-                f"{directory}: no llm-replay state in this checkpoint (was it written by "
-                "ReplayGRPOTrainer?)"
-            )
+        directory = state_directory(checkpoint, STATE_DIR, STATE_FILE, "ReplayGRPOTrainer")
         reader = self._behaviour_reader() if self._needs_behaviour else None
         state = load_front_end(
             self.host, directory, meter=self.meter, reader=reader, state_file=STATE_FILE
