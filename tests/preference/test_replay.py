@@ -1,5 +1,6 @@
 """The pair table: whole pairs in and out, oldest pairs leave first, age and stale-judge eviction,
-the draw rules (seeded statistical checks), and a saved index that draws as the original."""
+the draw rules (seeded statistical checks), a step's fresh pairs left out, and a saved index that
+draws as the original."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llm_replay.buffer import ReplayTable
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.data.rollout import ANNOTATORS
 from llm_replay.preference.replay import PairReplay
@@ -35,16 +37,24 @@ def test_pairs_come_back_whole_and_in_order() -> None:
     rng = np.random.default_rng(0)
     table = replay()
     keys = table.insert(pairs(rng, 4))
-    sample = table.draw(3, version=0)
+    sample = table.draw(3)
     assert sample is not None and len(sample) == 6
     assert (sample.rewards[0::2] == 1).all() and (sample.rewards[1::2] == 0).all()
     assert (sample.group_ids[0::2] == sample.group_ids[1::2]).all()
     assert set(sample.keys.tolist()) <= set(keys.tolist())
-    excluded = table.draw(8, version=0, exclude=keys[0::2][:3])
+    excluded = table.draw(8, exclude=keys[0::2][:3])
     assert excluded is not None and len(excluded) == 2  # only the fourth pair was left
-    assert replay("none").draw(4, version=0) is None
+    assert table.draw(8) is not None and len(table.draw(8)) == 8  # the left-out come back
+    assert replay("none").draw(4) is None
     with pytest.raises(ValueError, match="whole pairs"):
         table.insert(make_batch(rng, 3))
+    with pytest.raises(ValueError, match="row 0 has no annotator"):
+        table.insert(make_batch(rng, 2))
+    split = pairs(rng, 2, first=20)
+    split = dataclasses.replace(split, policy_versions=np.array([0, 0, 0, 1]))
+    with pytest.raises(ValueError, match=r"pairs\[1\]\.policy_versions"):
+        table.insert(split)
+    assert len(table) == 4  # nothing of a refused insert was kept
 
 
 def test_the_oldest_pairs_leave_first_and_age_evicts_whole_pairs() -> None:
@@ -82,7 +92,7 @@ def draw_counts(table: PairReplay, version: int, draws: int = 4000) -> np.ndarra
     counts = np.zeros(len(table))
     position = {int(k): i for i, k in enumerate(table.chosen)}
     for _ in range(draws):
-        sample = table.draw(1, version=version)
+        sample = table.draw(1)
         assert sample is not None
         counts[position[int(sample.keys[0])]] += 1
     return counts / draws
@@ -108,21 +118,18 @@ def test_a_saved_pair_table_draws_as_the_original(tmp_path: Path) -> None:
     table = replay("margin")
     table.insert(pairs(rng, 6))
     table.update(table.chosen[:3], np.array([0.9, 0.2, 0.4]))
-    table.draw(2, version=0)
+    table.draw(2)
     table.save(tmp_path / "pairs")
     loaded = replay("margin")
     loaded.load(tmp_path / "pairs")
+    assert loaded.wrongness.tolist() == table.wrongness.tolist()
     for _ in range(5):
-        a, b = table.draw(3, version=1), loaded.draw(3, version=1)
+        a, b = table.draw(3), loaded.draw(3)
         assert a is not None and b is not None
         assert a.keys.tolist() == b.keys.tolist()
         assert a.times_sampled.tolist() == b.times_sampled.tolist()
-    np.savez(
-        tmp_path / "pairs" / "pair_index.npz",
-        chosen=table.chosen,
-        rejected=table.rejected,
-        versions=table.versions[:1],
-        wrongness=table.wrongness,
-    )
-    with pytest.raises(ValueError, match="differ in length"):
-        replay("margin").load(tmp_path / "pairs")
+    plain = ReplayTable(8)
+    plain.save(tmp_path / "plain" / "pair_table")
+    (tmp_path / "plain" / "pair_replay.json").write_text('{"evicted": 0, "mode": "margin"}')
+    with pytest.raises(ValueError, match="not a pair index"):
+        replay("margin").load(tmp_path / "plain")

@@ -7,6 +7,7 @@ build on it, never the reverse).
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.buffer.eviction import EvictionPolicy
 from llm_replay.buffer.group_sampler import Groups
+from llm_replay.buffer.pair_sampler import Pairs
 from llm_replay.buffer.rate_limit import (
     MinSize,
     RateLimiter,
@@ -38,6 +39,7 @@ __all__ = [
     "Fifo",
     "Groups",
     "MinSize",
+    "Pairs",
     "PositiveRetention",
     "Prioritized",
     "RateLimiter",

@@ -11,6 +11,7 @@ table calls under its lock, and answers `sample(n, rng, storage) -> (slots, prob
 | `Prioritized` | P(i) ∝ (p_i + ε)^α, sum tree, IS weights (N·P)^-β / max | PER; 2606.04560 |
 | `Recency` | weight 2^(-age / half_life), age in policy versions | — |
 | `Groups` | whole groups (all stored rollouts of a prompt instance), uniformly (group_sampler.py) | GRPO |
+| `Pairs` | whole preference pairs, uniformly, by recency or by margin (pair_sampler.py) | DPO |
 
 What stays in a table is not a sampler's business: the eviction bounds (`buffer.eviction`) and
 a remover (`buffer.removers`, e.g. positive-biased retention) decide that.

@@ -181,9 +181,7 @@ class PreferenceTrainer(SyncTrainer):
     def _batch(self, fresh: Sample | None, fresh_keys: np.ndarray) -> Sample | None:
         """Fresh pairs first, the rest of `batch_pairs` from the table."""
         have = 0 if fresh is None else len(fresh) // 2
-        replayed = self.pairs.draw(
-            self.settings.batch_pairs - have, version=self.learner.version, exclude=fresh_keys
-        )
+        replayed = self.pairs.draw(self.settings.batch_pairs - have, exclude=fresh_keys)
         parts = [s for s in (fresh, replayed) if s is not None]
         if not parts:
             return None

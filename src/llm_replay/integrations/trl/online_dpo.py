@@ -46,6 +46,7 @@ from llm_replay.checks import integer
 from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.preference import PreferenceConfig
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.rollout import ANNOTATORS
 from llm_replay.frontend.checkpoint import state_directory
 from llm_replay.frontend.meter import count_generated, count_metrics
 from llm_replay.frontend.padded import pad_rows, sample_rows, unpad
@@ -141,7 +142,7 @@ class ReplayOnlineDPOTrainer(OnlineDPOTrainer):  # type: ignore[misc]
         version = int(self.state.global_step)
         self.pairs.set_version(version)
         self._fresh = len(inputs["prompt"])
-        self._replayed = self.pairs.draw(self.args.replay_pairs, version=version)
+        self._replayed = self.pairs.draw(self.args.replay_pairs)
         self._weights = None
         if self._replayed is not None:
             s = self._replayed
@@ -332,7 +333,7 @@ def _batch(
 ) -> RolloutBatch:
     """A generated round (rows i and n + i: prompt i's two completions) as rollouts: scores as
     rewards, the policy's log-probs at generation as the behaviour's, a prompt's number as its
-    group, the `chosen` rows marked correct."""
+    group, the `chosen` rows marked correct, every row annotated by TRL's reward model or judge."""
     prompt_ids, prompt_mask, completion_ids, completion_mask = (t.cpu() for t in padded)
     completions = unpad(completion_ids, completion_mask)
     rewards = np.nan_to_num(scores.detach().cpu().numpy().astype(np.float64), nan=0.0)
@@ -350,4 +351,5 @@ def _batch(
         correct=correct,
         finish_reasons=["stop"] * n,
         allow_empty=True,
+        annotators=np.full(n, ANNOTATORS.index("reward_model"), dtype=np.uint8),
     )
