@@ -54,6 +54,7 @@ import numpy as np
 
 from llm_replay.buffer.checkpoint import CheckpointError
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.columns import ROW_COLUMNS, ROW_NAMES
 
 MAGIC = b"LRJ2"
 END = b"LRJE"
@@ -66,19 +67,10 @@ BATCH_ARRAYS = (
     "completion_ids",
     "completion_lengths",
     "behaviour_logprobs",
-    "rewards",
-    "advantages",
-    "group_ids",
-    "policy_versions",
-    "correct",
-    "finish_reasons",
     "task_codes",
-    "reward_versions",
-    "reference_logprobs",
-    "annotators",
-    "annotation_costs",
+    *ROW_NAMES,
 )
-OPTIONAL_BATCH_ARRAYS = ("reward_versions", "reference_logprobs", "annotators", "annotation_costs")
+OPTIONAL_BATCH_ARRAYS = tuple(column.name for column in ROW_COLUMNS if column.added)
 """Columns a record written before they existed lacks (the batch fills their default)."""
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.columns import ROW_COLUMNS
 from llm_replay.data.rollout import Rollout
 
 I32 = npt.NDArray[np.int32]
@@ -38,7 +39,7 @@ class Sample:
     prompt_lengths, completion_lengths, correct (-1 unknown), finish_reasons, sources (index of the
     table a mixture drew each rollout from, 0 otherwise), reward_versions (of the reward model
     that scored each rollout), and a preference pair's reference_logprobs, annotators and
-    annotation_costs (`RolloutBatch`).
+    annotation_costs, and a front end's row_ids (`RolloutBatch`; the row columns are declared in `columns.ROW_COLUMNS`).
     """
 
     input_ids: I32
@@ -64,6 +65,7 @@ class Sample:
     reference_logprobs: F64
     annotators: npt.NDArray[np.uint8]
     annotation_costs: F64
+    row_ids: I64
     task_names: tuple[str, ...] = ("",)
 
     def __len__(self) -> int:
@@ -82,19 +84,10 @@ class Sample:
             completion_ids=self.input_ids[completion_mask],
             completion_lengths=self.completion_lengths.copy(),
             behaviour_logprobs=self.behaviour_logprobs[completion_mask],
-            rewards=self.rewards.copy(),
-            advantages=self.advantages.copy(),
-            group_ids=self.group_ids.copy(),
-            policy_versions=self.policy_versions.copy(),
-            correct=self.correct.copy(),
-            finish_reasons=self.finish_reasons.copy(),
             task_codes=self.task_codes.copy(),
             task_names=self.task_names,
             allow_empty=True,
-            reward_versions=self.reward_versions.copy(),
-            reference_logprobs=self.reference_logprobs.copy(),
-            annotators=self.annotators.copy(),
-            annotation_costs=self.annotation_costs.copy(),
+            **{c.name: getattr(self, c.name).copy() for c in ROW_COLUMNS},
         )
 
     def rollouts(self) -> list[Rollout]:
@@ -134,21 +127,12 @@ class Sample:
             times_sampled=np.ones(n, dtype=np.int32),
             probabilities=np.ones(n),
             importance_weights=np.ones(n),
-            rewards=batch.rewards,
-            advantages=batch.advantages,
-            policy_versions=batch.policy_versions,
-            group_ids=batch.group_ids,
             prompt_lengths=batch.prompt_lengths,
             completion_lengths=batch.completion_lengths,
-            correct=batch.correct,
-            finish_reasons=batch.finish_reasons,
             task_codes=batch.task_codes,
             sources=np.full(n, source, dtype=np.int8),
-            reward_versions=batch.reward_versions,
-            reference_logprobs=batch.reference_logprobs,
-            annotators=batch.annotators,
-            annotation_costs=batch.annotation_costs,
             task_names=batch.task_names,
+            **{c.name: getattr(batch, c.name) for c in ROW_COLUMNS},
         )
 
     @classmethod

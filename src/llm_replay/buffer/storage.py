@@ -33,6 +33,7 @@ from llm_replay.buffer.arena import MemoryArena, guard_for
 from llm_replay.buffer.gather import PinnedRows, scatter_rows
 from llm_replay.buffer.storage_state import COLUMNS
 from llm_replay.data.batch import RolloutBatch, concat_ranges
+from llm_replay.data.columns import ROW_COLUMNS
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
@@ -180,19 +181,11 @@ class RolloutStorage:
         )
         self.prompt_len[slots] = batch.prompt_lengths
         self.completion_len[slots] = batch.completion_lengths
-        self.reward[slots] = batch.rewards
-        self.advantage[slots] = batch.advantages
-        self.group_id[slots] = batch.group_ids
-        self.policy_version[slots] = batch.policy_versions
+        for column in ROW_COLUMNS:
+            getattr(self, column.field)[slots] = getattr(batch, column.name)
         self.insert_version[slots] = insert_version
         self.times_sampled[slots] = 0
-        self.correct[slots] = batch.correct
-        self.finish_reason[slots] = batch.finish_reasons
         self.task_code[slots] = codes[batch.task_codes]
-        self.reward_version[slots] = batch.reward_versions
-        self.reference_logprob[slots] = batch.reference_logprobs
-        self.annotator[slots] = batch.annotators
-        self.annotation_cost[slots] = batch.annotation_costs
         self._enqueue(slots)
         self.live[slots] = True
         self.dense[self.size : self.size + n] = slots
@@ -392,19 +385,10 @@ class RolloutStorage:
             completion_ids=self.arena[concat_ranges(completion, c)],
             completion_lengths=self.completion_len[slots].copy(),
             behaviour_logprobs=self.arena[concat_ranges(completion + c, c)].view(np.float32),
-            rewards=self.reward[slots].copy(),
-            advantages=self.advantage[slots].copy(),
-            group_ids=self.group_id[slots].copy(),
-            policy_versions=self.policy_version[slots].copy(),
-            correct=self.correct[slots].copy(),
-            finish_reasons=self.finish_reason[slots].copy(),
             task_codes=self.task_code[slots].copy(),
             task_names=tuple(self.task_names),
             allow_empty=True,
-            reward_versions=self.reward_version[slots].copy(),
-            reference_logprobs=self.reference_logprob[slots].copy(),
-            annotators=self.annotator[slots].copy(),
-            annotation_costs=self.annotation_cost[slots].copy(),
+            **{c.name: getattr(self, c.field)[slots].copy() for c in ROW_COLUMNS},
         )
 
     # ----------------------------------------------------------------- accounting

@@ -16,6 +16,7 @@ from llm_replay.buffer import layout
 from llm_replay.buffer.arena import guard_for
 from llm_replay.buffer.gather import scatter_rows
 from llm_replay.buffer.state_check import check_storage_state
+from llm_replay.data.columns import ROW_COLUMNS
 
 LAYOUT_COLUMNS = ("prompt_offset", "completion_offset")
 """Where each row sits in the arena: rebuilt on load, never saved."""
@@ -25,28 +26,14 @@ COLUMNS: dict[str, Any] = {
     "completion_offset": np.int64,
     "prompt_len": np.int32,
     "completion_len": np.int32,
-    "reward": np.float64,
-    "advantage": np.float64,
-    "group_id": np.int64,
-    "policy_version": np.int64,
     "insert_version": np.int64,
     "seq": np.int64,
     "times_sampled": np.int32,
     "epoch": np.int32,
-    "correct": np.int8,
-    "finish_reason": np.uint8,
     "task_code": np.int16,
-    "reward_version": np.int64,
-    "reference_logprob": np.float64,
-    "annotator": np.uint8,
-    "annotation_cost": np.float64,
+    **{column.field: column.dtype for column in ROW_COLUMNS},
 }
-OPTIONAL_COLUMNS = {
-    "reward_version": 0,
-    "reference_logprob": np.nan,
-    "annotator": 0,
-    "annotation_cost": 0.0,
-}
+OPTIONAL_COLUMNS = {column.field: column.default for column in ROW_COLUMNS if column.added}
 """Columns a state saved before they existed may lack, with the value they load as."""
 
 

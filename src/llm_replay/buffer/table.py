@@ -56,6 +56,7 @@ from llm_replay.buffer.table_state import restore_table, table_arguments, table_
 from llm_replay.buffer.updates import TableUpdates
 from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
+from llm_replay.data.columns import ROW_COLUMNS
 from llm_replay.data.rollout import Group, Rollout
 
 logger = logging.getLogger(__name__)
@@ -344,21 +345,12 @@ class ReplayTable(TablePresets, Journaled, TableRows, TableUpdates):
             "times_sampled": st.times_sampled[slots],
             "probabilities": probabilities,
             "importance_weights": self.sampler.importance_weights(probabilities),
-            "rewards": st.reward[slots],
-            "advantages": st.advantage[slots],
-            "policy_versions": st.policy_version[slots],
-            "group_ids": st.group_id[slots],
             "prompt_lengths": st.prompt_len[slots],
             "completion_lengths": st.completion_len[slots],
-            "correct": st.correct[slots],
-            "finish_reasons": st.finish_reason[slots],
             "task_codes": st.task_code[slots],
             "sources": np.zeros(len(slots), dtype=np.int8),
-            "reward_versions": st.reward_version[slots],
-            "reference_logprobs": st.reference_logprob[slots],
-            "annotators": st.annotator[slots],
-            "annotation_costs": st.annotation_cost[slots],
             "task_names": tuple(st.task_names),
+            **{c.name: getattr(st, c.field)[slots] for c in ROW_COLUMNS},
         }
 
     def _gather(self, pin: int, rows: PinnedRows, columns: dict[str, Any], pad_id: int) -> Sample:

@@ -10,7 +10,6 @@ index. `Rollout` and `Group` (`rollout.py`) are the per-item views it is built f
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,10 +17,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.data.columns import ROW_COLUMNS, unknown_rows, validate_columns
 from llm_replay.data.rollout import Group, Rollout
 from llm_replay.data.validation import (
-    ANNOTATORS,
-    FINISH_REASONS,
     FloatArray,
     IntArray,
     InvalidRolloutError,
@@ -29,7 +27,6 @@ from llm_replay.data.validation import (
     offsets_of,
     per_rollout_floats,
     ragged_rows,
-    validate_columns,
 )
 
 __all__ = ["RolloutBatch", "concat_ranges"]
@@ -49,6 +46,9 @@ class RolloutBatch:
     reference_logprobs [N] float64 (its completion's summed log-prob under the reference policy,
     taken at generation; NaN when not taken), annotators [N] uint8 (index into ANNOTATORS; 0: not
     in a pair) and annotation_costs [N] float64 (its share of the pair's annotation cost).
+    row_ids [N] int64 is a front end's own id for each row (-1: none). Every per-rollout
+    column but the task tags is declared once in `columns.ROW_COLUMNS`, which the constructors,
+    `select`, `concat` and the per-item views read.
     """
 
     prompt_ids: IntArray
@@ -69,6 +69,7 @@ class RolloutBatch:
     reference_logprobs: npt.NDArray[np.float64] = field(default=None)  # type: ignore[arg-type]
     annotators: npt.NDArray[np.uint8] = field(default=None)  # type: ignore[arg-type]
     annotation_costs: npt.NDArray[np.float64] = field(default=None)  # type: ignore[arg-type]
+    row_ids: npt.NDArray[np.int64] = field(default=None)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         columns = validate_columns(
@@ -85,20 +86,14 @@ class RolloutBatch:
         prompt_ids: Sequence[object],
         completion_ids: Sequence[object],
         behaviour_logprobs: Sequence[object],
-        rewards: object,
-        group_ids: object,
-        policy_versions: object,
-        advantages: object | None = None,
-        correct: object | None = None,
-        finish_reasons: Sequence[str] | None = None,
         tasks: Sequence[str] | str = "",
         allow_empty: bool = False,
-        reward_versions: object | None = None,
-        reference_logprobs: object | None = None,
-        annotators: object | None = None,
-        annotation_costs: object | None = None,
+        **rows: object,
     ) -> RolloutBatch:
-        """Build and validate a batch from per-rollout sequences (what inference engines return)."""
+        """Build and validate a batch from per-rollout sequences (what inference engines return);
+        `rows` are the row columns by their batch names (`columns.ROW_COLUMNS`: rewards,
+        group_ids and policy_versions required, the rest optional)."""
+        unknown_rows(rows, "RolloutBatch.from_ragged")
         prompt_lengths, prompts = ragged_rows("prompt_ids", prompt_ids, "iu")
         n = len(prompt_lengths)
         completion_lengths, completions = ragged_rows("completion_ids", completion_ids, "iu")
@@ -124,19 +119,10 @@ class RolloutBatch:
             completion_ids=completions,
             completion_lengths=completion_lengths,
             behaviour_logprobs=logprobs,
-            rewards=rewards,
-            group_ids=group_ids,
-            policy_versions=policy_versions,
-            advantages=advantages,
-            correct=correct,
-            finish_reasons=finish_reasons,
             task_codes=codes,
             task_names=names,
             allow_empty=allow_empty,
-            reward_versions=reward_versions,
-            reference_logprobs=reference_logprobs,
-            annotators=annotators,
-            annotation_costs=annotation_costs,
+            **rows,
         )
 
     @classmethod
@@ -148,40 +134,24 @@ class RolloutBatch:
         completion_ids: object,
         completion_lengths: object,
         behaviour_logprobs: object,
-        rewards: object,
-        group_ids: object,
-        policy_versions: object,
-        advantages: object | None = None,
-        correct: object | None = None,
-        finish_reasons: Sequence[str] | npt.NDArray[np.uint8] | None = None,
         task_codes: object | None = None,
         task_names: Sequence[str] = ("",),
         allow_empty: bool = False,
-        reward_versions: object | None = None,
-        reference_logprobs: object | None = None,
-        annotators: object | None = None,
-        annotation_costs: object | None = None,
+        **rows: object,
     ) -> RolloutBatch:
-        """Build and validate a batch from flat arrays and lengths (vectorised checks)."""
+        """Build and validate a batch from flat arrays and lengths (vectorised checks); `rows`
+        as for `from_ragged`."""
+        unknown_rows(rows, "RolloutBatch.from_flat")
         return cls(
             prompt_ids=prompt_ids,  # type: ignore[arg-type]
             prompt_lengths=prompt_lengths,  # type: ignore[arg-type]
             completion_ids=completion_ids,  # type: ignore[arg-type]
             completion_lengths=completion_lengths,  # type: ignore[arg-type]
             behaviour_logprobs=behaviour_logprobs,  # type: ignore[arg-type]
-            rewards=rewards,  # type: ignore[arg-type]
-            advantages=advantages,  # type: ignore[arg-type]
-            group_ids=group_ids,  # type: ignore[arg-type]
-            policy_versions=policy_versions,  # type: ignore[arg-type]
-            correct=correct,  # type: ignore[arg-type]
-            finish_reasons=finish_reasons,  # type: ignore[arg-type]
             task_codes=task_codes,  # type: ignore[arg-type]
             task_names=tuple(task_names),
             allow_empty=allow_empty,
-            reward_versions=reward_versions,  # type: ignore[arg-type]
-            reference_logprobs=reference_logprobs,  # type: ignore[arg-type]
-            annotators=annotators,  # type: ignore[arg-type]
-            annotation_costs=annotation_costs,  # type: ignore[arg-type]
+            **{c.name: rows.get(c.name) for c in ROW_COLUMNS},  # type: ignore[arg-type]
         )
 
     @classmethod
@@ -198,24 +168,13 @@ class RolloutBatch:
             completion_ids=_concat([r.completion_ids for r in items], np.int32),
             completion_lengths=np.array([r.completion_ids.size for r in items], dtype=np.int32),
             behaviour_logprobs=_concat([r.behaviour_logprobs for r in items], np.float32),
-            rewards=np.array([r.reward for r in items], dtype=np.float64),
-            advantages=np.array(
-                [np.nan if r.advantage is None else r.advantage for r in items], dtype=np.float64
-            ),
-            group_ids=np.array([r.group_id for r in items], dtype=np.int64),
-            policy_versions=np.array([r.policy_version for r in items], dtype=np.int64),
-            correct=np.array([-1 if r.correct is None else int(r.correct) for r in items], np.int8),
-            finish_reasons=[r.finish_reason for r in items],
             task_codes=codes,
             task_names=tuple(names),
             allow_empty=True,  # each Rollout already enforced its own flag
-            reward_versions=np.array([r.reward_version for r in items], dtype=np.int64),
-            reference_logprobs=np.array(
-                [np.nan if r.reference_logprob is None else r.reference_logprob for r in items],
-                dtype=np.float64,
-            ),
-            annotators=np.array([ANNOTATORS.index(r.annotator) for r in items], dtype=np.uint8),
-            annotation_costs=np.array([r.annotation_cost for r in items], dtype=np.float64),
+            **{
+                c.name: np.array([c.from_item(getattr(r, c.field)) for r in items], c.dtype)
+                for c in ROW_COLUMNS
+            },
         )
 
     @classmethod
@@ -248,19 +207,10 @@ class RolloutBatch:
             completion_ids=np.concatenate([b.completion_ids for b in batches]),
             completion_lengths=np.concatenate([b.completion_lengths for b in batches]),
             behaviour_logprobs=np.concatenate([b.behaviour_logprobs for b in batches]),
-            rewards=np.concatenate([b.rewards for b in batches]),
-            advantages=np.concatenate([b.advantages for b in batches]),
-            group_ids=np.concatenate([b.group_ids for b in batches]),
-            policy_versions=np.concatenate([b.policy_versions for b in batches]),
-            correct=np.concatenate([b.correct for b in batches]),
-            finish_reasons=np.concatenate([b.finish_reasons for b in batches]),
             task_codes=np.concatenate(code_parts),
             task_names=tuple(names),
             allow_empty=True,  # each part was admitted under its own flag
-            reward_versions=np.concatenate([b.reward_versions for b in batches]),
-            reference_logprobs=np.concatenate([b.reference_logprobs for b in batches]),
-            annotators=np.concatenate([b.annotators for b in batches]),
-            annotation_costs=np.concatenate([b.annotation_costs for b in batches]),
+            **{c.name: np.concatenate([getattr(b, c.name) for b in batches]) for c in ROW_COLUMNS},
         )
 
     # ----------------------------------------------------------------- views
@@ -292,25 +242,13 @@ class RolloutBatch:
         return self._rollout(i, p0, p1, c0, c1)
 
     def _rollout(self, i: int, p0: int, p1: int, c0: int, c1: int) -> Rollout:
-        advantage = float(self.advantages[i])
-        reference = float(self.reference_logprobs[i])
-        correct = int(self.correct[i])
         return Rollout(
             prompt_ids=self.prompt_ids[p0:p1],
             completion_ids=self.completion_ids[c0:c1],
             behaviour_logprobs=self.behaviour_logprobs[c0:c1],
-            reward=float(self.rewards[i]),
-            advantage=None if math.isnan(advantage) else advantage,
-            group_id=int(self.group_ids[i]),
-            policy_version=int(self.policy_versions[i]),
             task=self.task_names[int(self.task_codes[i])],
-            correct=None if correct < 0 else bool(correct),
-            finish_reason=FINISH_REASONS[int(self.finish_reasons[i])],
             allow_empty=True,
-            reward_version=int(self.reward_versions[i]),
-            reference_logprob=None if math.isnan(reference) else reference,
-            annotator=ANNOTATORS[int(self.annotators[i])],
-            annotation_cost=float(self.annotation_costs[i]),
+            **{c.field: c.item(getattr(self, c.name), i) for c in ROW_COLUMNS},
         )
 
     def __iter__(self) -> Iterator[Rollout]:
@@ -349,19 +287,10 @@ class RolloutBatch:
             completion_ids=self.completion_ids[c_take],
             completion_lengths=self.completion_lengths[idx],
             behaviour_logprobs=self.behaviour_logprobs[c_take],
-            rewards=self.rewards[idx],
-            advantages=self.advantages[idx],
-            group_ids=self.group_ids[idx],
-            policy_versions=self.policy_versions[idx],
-            correct=self.correct[idx],
-            finish_reasons=self.finish_reasons[idx],
             task_codes=self.task_codes[idx],
             task_names=self.task_names,
             allow_empty=True,
-            reward_versions=self.reward_versions[idx],
-            reference_logprobs=self.reference_logprobs[idx],
-            annotators=self.annotators[idx],
-            annotation_costs=self.annotation_costs[idx],
+            **{c.name: getattr(self, c.name)[idx] for c in ROW_COLUMNS},
         )
 
 

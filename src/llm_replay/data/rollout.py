@@ -66,6 +66,7 @@ class Rollout:
     reference_logprob: float | None = None
     annotator: str = ""
     annotation_cost: float = 0.0
+    row_id: int = -1
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -99,6 +100,7 @@ class Rollout:
         set_(self, "annotation_cost", as_finite("annotation_cost", self.annotation_cost))
         if self.annotation_cost < 0:
             raise InvalidRolloutError("annotation_cost", self.annotation_cost, "must be >= 0")
+        set_(self, "row_id", as_int("row_id", self.row_id, minimum=-1))
         if not isinstance(self.task, str):
             raise InvalidRolloutError("task", self.task, "must be a string")
         if self.correct is not None and not isinstance(self.correct, bool | np.bool_):

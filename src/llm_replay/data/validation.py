@@ -6,8 +6,8 @@ Checks are vectorised over the whole batch, so validating thousands of rollouts 
 of numpy passes. Every integer is range-checked *before* it is narrowed to its storage type, so a
 value never wraps silently (a length of 2^32 + 4 is refused, not stored as 4).
 
-`validate_columns` is the one gate every `RolloutBatch` passes through, whichever constructor
-built it; it returns read-only arrays, so a validated batch cannot be changed in place afterwards.
+`columns.validate_columns` puts a whole `RolloutBatch` through these checks, one column at a time
+as `columns.ROW_COLUMNS` declares them.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def per_rollout_floats(
     return wide
 
 
-def per_rollout_ints(name: str, values: object, n: int) -> npt.NDArray[np.int64]:
+def per_rollout_ints(name: str, values: object, n: int, minimum: int = 0) -> npt.NDArray[np.int64]:
     array = as_array(name, values)
     if array.ndim == 0:
         array = np.full(n, array)
@@ -285,9 +285,11 @@ def per_rollout_ints(name: str, values: object, n: int) -> npt.NDArray[np.int64]
     if array.size and array.dtype.kind == "u" and int(array.max()) > MAX_INT64:
         i = int(np.argmax(array))
         raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", int(array[i]), "out of range")
-    if array.size and array.min() < 0:
+    if array.size and array.min() < minimum:
         i = int(np.argmin(array))
-        raise InvalidRolloutError(f"rollouts[{i}].{name[:-1]}", int(array[i]), "must be >= 0")
+        raise InvalidRolloutError(
+            f"rollouts[{i}].{name[:-1]}", int(array[i]), f"must be >= {minimum}"
+        )
     return array.astype(np.int64, copy=False)
 
 
@@ -390,83 +392,3 @@ def task_table(
             f"rollouts[{i}].task_code", int(array[i]), f"must index task_names {table}"
         )
     return array.astype(np.int16, copy=False), table
-
-
-def validate_columns(
-    *,
-    prompt_ids: object,
-    prompt_lengths: object,
-    completion_ids: object,
-    completion_lengths: object,
-    behaviour_logprobs: object,
-    rewards: object,
-    advantages: object | None,
-    group_ids: object,
-    policy_versions: object,
-    correct: object | None,
-    finish_reasons: object | None,
-    task_codes: object | None,
-    task_names: object,
-    allow_empty: bool,
-    reward_versions: object | None = None,
-    reference_logprobs: object | None = None,
-    annotators: object | None = None,
-    annotation_costs: object | None = None,
-) -> dict[str, Any]:
-    """Every column of a batch checked and narrowed to its storage dtype, as read-only arrays."""
-    p_len = lengths_array("prompt_lengths", prompt_lengths)
-    c_len = lengths_array("completion_lengths", completion_lengths)
-    n = len(c_len)
-    if len(p_len) != n:
-        raise InvalidRolloutError("prompt_lengths", f"<{len(p_len)} rows>", f"expected {n}")
-    p_off, c_off = offsets_of(p_len), offsets_of(c_len)
-    empty_prompt = np.flatnonzero(p_len == 0)
-    if empty_prompt.size:
-        raise InvalidRolloutError(
-            f"rollouts[{int(empty_prompt[0])}].prompt_ids", [], "needs at least one token"
-        )
-    empty = np.flatnonzero(c_len == 0)
-    if empty.size and not allow_empty:
-        raise InvalidRolloutError(
-            f"rollouts[{int(empty[0])}].completion_ids",
-            [],
-            "empty completion; pass allow_empty=True if intended",
-        )
-    codes, names = task_table(task_codes, task_names, n)
-    columns: dict[str, Any] = {
-        "prompt_ids": check_token_ids("prompt_ids", prompt_ids, p_off),
-        "prompt_lengths": p_len,
-        "completion_ids": check_token_ids("completion_ids", completion_ids, c_off),
-        "completion_lengths": c_len,
-        "behaviour_logprobs": check_logprobs(behaviour_logprobs, c_off),
-        "rewards": per_rollout_floats("rewards", rewards, n, allow_nan=False),
-        "advantages": (
-            np.full(n, np.nan)
-            if advantages is None
-            else per_rollout_floats("advantages", advantages, n, allow_nan=True)
-        ),
-        "group_ids": per_rollout_ints("group_ids", group_ids, n),
-        "policy_versions": per_rollout_ints("policy_versions", policy_versions, n),
-        "correct": correct_flags(correct, n),
-        "finish_reasons": finish_codes(finish_reasons, n),
-        "task_codes": codes,
-        "reward_versions": (
-            np.zeros(n, dtype=np.int64)
-            if reward_versions is None
-            else per_rollout_ints("reward_versions", reward_versions, n)
-        ),
-        "reference_logprobs": (
-            np.full(n, np.nan)
-            if reference_logprobs is None
-            else per_rollout_floats("reference_logprobs", reference_logprobs, n, allow_nan=True)
-        ),
-        "annotators": annotator_codes(annotators, n),
-        "annotation_costs": (
-            np.zeros(n)
-            if annotation_costs is None
-            else non_negative_floats("annotation_costs", annotation_costs, n)
-        ),
-    }
-    out: dict[str, Any] = {name: readonly(array) for name, array in columns.items()}
-    out["task_names"] = names
-    return out

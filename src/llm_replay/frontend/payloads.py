@@ -4,10 +4,11 @@ to the trainer as it came.
 The replay table holds what a method decides with (tokens, behaviour log-probs, rewards, groups,
 versions); a trainer's row may carry more (verl: `position_ids`, `raw_prompt`, `data_source`,
 `reward_model`, `extra_fields`, a TransferQueue tag), some of which the trainer reads after
-sampling. A front end keeps each fresh row's fields here under the row's content key (its group
-and its response tokens, which a drawn `Sample` row still has), drops them once no table the
-method keeps holds a row of the group (`prune`), and writes them without pickle: tensors to
-safetensors with their dtypes, the rest to JSON.
+sampling. A front end keeps each fresh row's fields here under a row id the store hands out,
+which the row carries through the table in its `row_ids` column (`data.columns`), so a drawn
+`Sample` row is found again by its id, never re-found by its content. It drops them once no
+table the method keeps holds a row of the group (`prune`), and writes them without pickle:
+tensors to safetensors with their dtypes, the rest to JSON.
 """
 
 from __future__ import annotations
@@ -22,15 +23,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-ContentKey = tuple[int, bytes]
 ROWS_FILE = "trajectories.json"
 TENSORS_FILE = "trajectories.safetensors"
-
-
-def content_key(group_id: int, response_ids: Any) -> ContentKey:
-    """A row's identity across the table and the trainer: its group and its response tokens."""
-    tokens = np.asarray(response_ids, dtype=np.int64).astype(np.int32)
-    return int(group_id), tokens.tobytes()
 
 
 @dataclass(frozen=True)
@@ -59,55 +53,59 @@ def _plain(value: Any, where: str) -> Any:
 
 
 class TrajectoryStore:
-    """Trajectories by content key; several rows with the same key (the same response to the same
-    prompt) share one entry, which is what training on either of them sees."""
+    """Trajectories by row id, each with the group it belongs to."""
 
     def __init__(self) -> None:
-        self._rows: dict[ContentKey, Trajectory] = {}
+        self._rows: dict[int, tuple[int, Trajectory]] = {}
+        self.next_id = 0
 
     def __len__(self) -> int:
         return len(self._rows)
 
-    def add(self, key: ContentKey, trajectory: Trajectory) -> None:
-        self._rows.setdefault(key, trajectory)
+    def add(self, group: int, trajectory: Trajectory) -> int:
+        """Keep `trajectory` of `group`; returns its row id."""
+        row_id = self.next_id
+        self._rows[row_id] = (int(group), trajectory)
+        self.next_id += 1
+        return row_id
 
-    def get(self, key: ContentKey) -> Trajectory:
+    def get(self, row_id: int) -> Trajectory:
         try:
-            return self._rows[key]
+            return self._rows[int(row_id)][1]
         except KeyError:
             raise LookupError(
-                f"group {key[0]}: a drawn row has no trainer row kept for it (was the table "
+                f"row id {row_id}: a drawn row has no trainer row kept for it (was the table "
                 "filled outside this front end, e.g. by init_from?)"
             ) from None
 
     def groups(self) -> set[int]:
-        return {group for group, _ in self._rows}
+        return {group for group, _ in self._rows.values()}
 
     def prune(self, live_groups: Iterable[int]) -> int:
         """Drop the trajectories of groups no table holds any more; returns how many."""
         live = set(int(g) for g in live_groups)
-        dead = [key for key in self._rows if key[0] not in live]
-        for key in dead:
-            del self._rows[key]
+        dead = [row_id for row_id, (group, _) in self._rows.items() if group not in live]
+        for row_id in dead:
+            del self._rows[row_id]
         return len(dead)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         tensors: dict[str, torch.Tensor] = {}
         rows = []
-        for index, ((group, tokens), trajectory) in enumerate(self._rows.items()):
+        for index, (row_id, (group, trajectory)) in enumerate(self._rows.items()):
             plain: dict[str, Any] = {}
             tensor_names = []
             for name, value in trajectory.fields.items():
                 if isinstance(value, torch.Tensor):
-                    tensors[f"{index}/{name}"] = value.contiguous()
+                    tensors[f"{index}/{name}"] = value.detach().clone()  # rows may share one
                     tensor_names.append(name)
                 else:
                     plain[name] = _plain(value, f"trajectory field {name}")
             rows.append(
                 {
+                    "id": row_id,
                     "group": group,
-                    "response": np.frombuffer(tokens, dtype=np.int32).tolist(),
                     "tensors": tensor_names,
                     "fields": plain,
                     "order": list(trajectory.fields),
@@ -115,19 +113,23 @@ class TrajectoryStore:
                 }
             )
         save_file(tensors, str(directory / TENSORS_FILE))
-        (directory / ROWS_FILE).write_text(json.dumps(rows))
+        (directory / ROWS_FILE).write_text(json.dumps({"next_id": self.next_id, "rows": rows}))
 
     @classmethod
     def load(cls, directory: Path) -> TrajectoryStore:
         store = cls()
-        rows = json.loads((directory / ROWS_FILE).read_text())
+        saved = json.loads((directory / ROWS_FILE).read_text())
+        if not isinstance(saved, dict):
+            raise ValueError(
+                f"{directory / ROWS_FILE}: kept by content key (an llm-replay before row ids); "
+                "its rows cannot be matched to the table's, so this checkpoint cannot resume"
+            )
         tensors = load_file(str(directory / TENSORS_FILE))
-        for index, row in enumerate(rows):
+        for index, row in enumerate(saved["rows"]):
             values = dict(row["fields"])
             for name in row["tensors"]:
                 values[name] = tensors[f"{index}/{name}"]
             fields = {name: values[name] for name in row["order"]}
-            store.add(
-                content_key(row["group"], row["response"]), Trajectory(fields, dict(row["tag"]))
-            )
+            store._rows[int(row["id"])] = (int(row["group"]), Trajectory(fields, dict(row["tag"])))
+        store.next_id = int(saved["next_id"])
         return store

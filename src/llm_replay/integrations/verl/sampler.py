@@ -48,7 +48,7 @@ from llm_replay.buffer import Sample
 from llm_replay.config.parse import ConfigError
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.frontend.clock import UpdateClock
-from llm_replay.frontend.payloads import TrajectoryStore, content_key
+from llm_replay.frontend.payloads import TrajectoryStore
 from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
 from llm_replay.integrations.verl.observer import (
     entropy_is_token_mean,
@@ -396,8 +396,7 @@ class ReplaySampler(SamplerCheckpoints, ReplayBuffer):  # type: ignore[misc]
             if not np.all(np.isfinite(values)):
                 raise ValueError("advantages: a row the method returned has no advantage (NaN)")
             for b in range(len(sample)):
-                response = sample.input_ids[b][sample.loss_mask[b]]
-                trajectory = self.store.get(content_key(int(sample.group_ids[b]), response))
+                trajectory = self.store.get(int(sample.row_ids[b]))
                 uid = f"{UID_PREFIX}{self.next_uid}"
                 self.next_uid += 1
                 keys.append(f"{uid}_0_0")

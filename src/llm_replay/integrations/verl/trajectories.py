@@ -12,7 +12,7 @@ import torch
 
 from llm_replay.algorithms.advantages import group_advantages
 from llm_replay.data.batch import RolloutBatch
-from llm_replay.frontend.payloads import Trajectory, TrajectoryStore, content_key
+from llm_replay.frontend.payloads import Trajectory, TrajectoryStore
 
 
 def read_rollouts(
@@ -32,7 +32,8 @@ def read_rollouts(
     the summed `rm_scores`, behaviour log-probs the stored `rollout_log_probs` (required where
     `needs_behaviour`), the group `group_of(uid)`, the policy version the weights the trajectory
     started from (`min_global_steps` through `version_of`, which turns verl's version into the
-    front end's unit, else `current_version`, already in it)."""
+    front end's unit, else `current_version`, already in it); each row carries the id `store`
+    gave its trajectory."""
     group_ids = []
     for key, row in zip(keys, rows, strict=True):
         uid, _session, index = key.rsplit("_", 2)
@@ -71,8 +72,10 @@ def read_rollouts(
         ],
         dtype=np.int64,
     )
-    for row, tag, group in zip(rows, tags, group_ids, strict=True):
-        store.add(content_key(group, row["responses"]), Trajectory(row, dict(tag)))
+    row_ids = [
+        store.add(group, Trajectory(row, dict(tag)))
+        for row, tag, group in zip(rows, tags, group_ids, strict=True)
+    ]
     return RolloutBatch.from_ragged(
         prompt_ids=[np.asarray(row["prompts"], dtype=np.int64) for row in rows],
         completion_ids=[np.asarray(row["responses"], dtype=np.int64) for row in rows],
@@ -84,6 +87,7 @@ def read_rollouts(
         correct=rewards >= correct_threshold,
         finish_reasons=["stop"] * len(rows),
         allow_empty=True,
+        row_ids=row_ids,
     )
 
 
