@@ -70,6 +70,12 @@ ROWS = (
         "**`auto`** on a task added after it was chosen (issue #38)",
     ),
     (
+        "a new kind, palindrome_generation (several right answers), 10⁶ on μ = 5",
+        "experiment_palindrome/palindrome_generation",
+        "auto",
+        "**`auto`** on a task of a kind the suite lacks, added after #53's sweep (issue #53)",
+    ),
+    (
         "threaded runtime, chain_sum, 9·10⁵ on μ = 5",
         "experiment_runtimes/against_on_policy_threaded",
         "auto_threaded",

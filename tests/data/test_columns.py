@@ -54,6 +54,8 @@ def test_rows_survive_views_select_concat_and_a_tables_draw(tmp_path: Path) -> N
     rng = np.random.default_rng(0)
     batch = distinct(make_batch(rng, 12), rng)
     same_rows(RolloutBatch.from_rollouts(batch.rollouts()), batch)
+    first = batch[0]
+    assert first == dataclasses.replace(first) != dataclasses.replace(first, row_id=7)
     order = rng.permutation(12)
     same_rows(
         batch.select(order), RolloutBatch.concat([batch.select(order[:5]), batch.select(order[5:])])

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from llm_replay.data.columns import ROW_COLUMNS
 from llm_replay.data.validation import (
     ANNOTATORS,
     FINISH_REASONS,
@@ -126,15 +127,8 @@ class Rollout:
             np.array_equal(self.prompt_ids, other.prompt_ids)
             and np.array_equal(self.completion_ids, other.completion_ids)
             and np.array_equal(self.behaviour_logprobs, other.behaviour_logprobs)
-            and self.reward == other.reward
-            and self.advantage == other.advantage
-            and self.group_id == other.group_id
-            and self.policy_version == other.policy_version
-            and self.reward_version == other.reward_version
-            and self.reference_logprob == other.reference_logprob
-            and self.annotator == other.annotator
-            and self.annotation_cost == other.annotation_cost
-            and self.metadata == other.metadata
+            and self.task == other.task
+            and all(getattr(self, c.field) == getattr(other, c.field) for c in ROW_COLUMNS)
         )
 
     __hash__ = None  # type: ignore[assignment]

@@ -29,6 +29,10 @@ that it transfers (issue #38), with models built the same way:
   whose value is 1–9 (the constants are larger), as `8*t-9=23:` → `4`.
 - `count_primes` (number theory, counting): how many primes lie in a range within 1–100, as
   `16,53#` → `10`.
+- `palindrome_generation` (construction with several right answers, issue #53): a palindrome that
+  uses exactly the given 3–7 letters, as `['g','g','j','j','w']>` → `gjwjg` or `jgwgj`; every
+  arrangement that reads the same both ways scores, so pass@k can gain from diversity where the
+  suite's other tasks each have one right answer. Added after `auto` and the #53 sweep were fixed.
 
 `PENDING_TASKS` holds two more (`base_conversion`, algorithmic; `caesar_cipher`, string
 manipulation) whose models are not shipped yet.
@@ -98,6 +102,9 @@ HELD_OUT_TASKS: dict[str, dict[str, Any]] = {  # never used to choose a default
         "{equation}:",
     ),
     "count_primes": _suite_task("count_primes", {"min_n": 1, "max_n": 100}, "{start},{end}#"),
+    "palindrome_generation": _suite_task(
+        "palindrome_generation", {"min_length": 3, "max_length": 7}, "{letters}>"
+    ),
 }
 
 PENDING_TASKS: dict[str, dict[str, Any]] = {  # specs whose models are not shipped yet
@@ -136,6 +143,7 @@ ANSWER_TOKENS: dict[str, int] = {
     "lcm": 5,
     "simple_equations": 5,
     "count_primes": 4,
+    "palindrome_generation": 10,
 }
 
 
