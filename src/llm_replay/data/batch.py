@@ -171,10 +171,7 @@ class RolloutBatch:
             task_codes=codes,
             task_names=tuple(names),
             allow_empty=True,  # each Rollout already enforced its own flag
-            **{
-                c.name: np.array([c.from_item(getattr(r, c.field)) for r in items], c.dtype)
-                for c in ROW_COLUMNS
-            },
+            **{c.name: c.column([getattr(r, c.field) for r in items]) for c in ROW_COLUMNS},
         )
 
     @classmethod
@@ -239,24 +236,26 @@ class RolloutBatch:
         p0 = int(self.prompt_lengths[:i].sum())
         c0 = int(self.completion_lengths[:i].sum())
         p1, c1 = p0 + int(self.prompt_lengths[i]), c0 + int(self.completion_lengths[i])
-        return self._rollout(i, p0, p1, c0, c1)
+        row = {c.field: c.item(getattr(self, c.name), i) for c in ROW_COLUMNS}
+        return self._rollout(i, p0, p1, c0, c1, row)
 
-    def _rollout(self, i: int, p0: int, p1: int, c0: int, c1: int) -> Rollout:
+    def _rollout(self, i: int, p0: int, p1: int, c0: int, c1: int, row: dict[str, Any]) -> Rollout:
         return Rollout(
             prompt_ids=self.prompt_ids[p0:p1],
             completion_ids=self.completion_ids[c0:c1],
             behaviour_logprobs=self.behaviour_logprobs[c0:c1],
             task=self.task_names[int(self.task_codes[i])],
             allow_empty=True,
-            **{c.field: c.item(getattr(self, c.name), i) for c in ROW_COLUMNS},
+            **row,
         )
 
     def __iter__(self) -> Iterator[Rollout]:
-        p_off, c_off = offsets_of(self.prompt_lengths), offsets_of(self.completion_lengths)
+        p_off = offsets_of(self.prompt_lengths).tolist()
+        c_off = offsets_of(self.completion_lengths).tolist()
+        columns = [(c.field, c.items(getattr(self, c.name))) for c in ROW_COLUMNS]
         for i in range(len(self)):
-            yield self._rollout(
-                i, int(p_off[i]), int(p_off[i + 1]), int(c_off[i]), int(c_off[i + 1])
-            )
+            row = {field: values[i] for field, values in columns}
+            yield self._rollout(i, p_off[i], p_off[i + 1], c_off[i], c_off[i + 1], row)
 
     def rollouts(self) -> list[Rollout]:
         return list(self)

@@ -82,6 +82,16 @@ class RowColumn:
         """Row `i` as a `Rollout` holds it."""
         return self.to_item(array[i].item())
 
+    def items(self, array: np.ndarray) -> list[Any]:
+        """Every row as a `Rollout` holds it."""
+        values = array.tolist()
+        return values if self.to_item is _same else [self.to_item(v) for v in values]
+
+    def column(self, items: list[Any]) -> np.ndarray:
+        """The column of `Rollout` values `items`."""
+        values = items if self.from_item is _same else [self.from_item(v) for v in items]
+        return np.array(values, dtype=self.dtype)
+
 
 def _floats(name: str, allow_nan: bool) -> Callable[[object, int], np.ndarray]:
     return lambda values, n: per_rollout_floats(name, values, n, allow_nan=allow_nan)
