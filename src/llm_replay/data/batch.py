@@ -93,7 +93,6 @@ class RolloutBatch:
         """Build and validate a batch from per-rollout sequences (what inference engines return);
         `rows` are the row columns by their batch names (`columns.ROW_COLUMNS`: rewards,
         group_ids and policy_versions required, the rest optional)."""
-        unknown_rows(rows, "RolloutBatch.from_ragged")
         prompt_lengths, prompts = ragged_rows("prompt_ids", prompt_ids, "iu")
         n = len(prompt_lengths)
         completion_lengths, completions = ragged_rows("completion_ids", completion_ids, "iu")
@@ -141,7 +140,7 @@ class RolloutBatch:
     ) -> RolloutBatch:
         """Build and validate a batch from flat arrays and lengths (vectorised checks); `rows`
         as for `from_ragged`."""
-        unknown_rows(rows, "RolloutBatch.from_flat")
+        unknown_rows(rows, "RolloutBatch")
         return cls(
             prompt_ids=prompt_ids,  # type: ignore[arg-type]
             prompt_lengths=prompt_lengths,  # type: ignore[arg-type]

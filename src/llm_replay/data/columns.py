@@ -196,8 +196,8 @@ def validate_columns(
     allow_empty: bool,
     **rows: object,
 ) -> dict[str, Any]:
-    """Every column of a batch checked and narrowed to its storage dtype, as read-only arrays."""
-    unknown_rows(rows, "RolloutBatch")
+    """Every column of a batch checked and narrowed to its storage dtype, as read-only arrays
+    (`rows`: the row columns by name, as a batch's fields hold them)."""
     p_len = lengths_array("prompt_lengths", prompt_lengths)
     c_len = lengths_array("completion_lengths", completion_lengths)
     n = len(c_len)
