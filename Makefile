@@ -9,7 +9,7 @@ VERL_VENV  := .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: docs verl-env verl-test gpu-check install-test main-test side-tests demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: docs verl-env verl-test gpu-check install-test main-test heavy-test side-tests demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -55,7 +55,11 @@ lint: $(STAMP)
 
 # both environments install side by side (pip mostly waits on disk); then the main suite runs
 # beside the install and verl suites (each test runs in one process, so two cores run two). The
-# main suite's progress streams; the side suites' output is shown whole when they end.
+# main suite's progress streams; the side suites' output is shown whole when they end. The side
+# lane also runs the main suite's multi-process tests (Ray actors, two TRL processes: about four
+# minutes on a two-core machine), so the two lanes end at about the same time.
+HEAVY_TESTS := tests/runtime/test_ray.py tests/integrations/test_trl_multiprocess.py
+
 test:
 	$(MAKE) --no-print-directory -j2 $(STAMP) $(VERL_STAMP)
 	$(MAKE) --no-print-directory lint
@@ -63,14 +67,18 @@ test:
 	$(MAKE) --no-print-directory -j2 main-test side-tests
 
 main-test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(addprefix --ignore=,$(HEAVY_TESTS))
+
+heavy-test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider $(HEAVY_TESTS)
 
 side-tests: $(STAMP) $(VERL_STAMP)
 	@mkdir -p build
-	@echo "install and verl suites running beside the main suite (build/side-tests.log)"
-	@{ $(MAKE) --no-print-directory install-test && $(MAKE) --no-print-directory verl-test; } \
+	@echo "install, verl and multi-process suites running beside the main suite (build/side-tests.log)"
+	@{ $(MAKE) --no-print-directory install-test && $(MAKE) --no-print-directory verl-test \
+		&& $(MAKE) --no-print-directory heavy-test; } \
 		> build/side-tests.log 2>&1; status=$$?; \
-		printf '\n--- install and verl suites ---\n'; cat build/side-tests.log; exit $$status
+		printf '\n--- install, verl and multi-process suites ---\n'; cat build/side-tests.log; exit $$status
 
 experiment: $(STAMP)
 	$(VENV)/bin/llm-replay compare configs/experiment.yaml

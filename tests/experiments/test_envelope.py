@@ -192,6 +192,63 @@ def test_a_suite_reads_every_task_against_its_envelope() -> None:
     assert row in text
 
 
+def test_the_tuned_member_is_the_one_setting_a_user_would_pick() -> None:
+    runs = {
+        "on_policy": seeds("on_policy", RISE, 100),  # reaches at 600 on every seed
+        "a": [run("a", s, RISE, 150 if s == 2 else 50) for s in range(3)],  # lucky on 0 and 1
+        "b": [run("b", s, RISE, 50 if s == 2 else 150) for s in range(3)],  # lucky on 2
+        "replay": seeds("replay", RISE, 60),  # reaches at 360
+    }
+    reading = envelope_reading(runs, baseline="on_policy", sweep=["a", "b"])
+    envelope = reading["methods"]["replay"]["baseline_final"]["ratio_per_seed"]["mu_5"]
+    assert envelope == pytest.approx([1.2, 1.2, 1.2])  # the best member on each seed: 300
+    tuned = reading["tuned_member"]
+    assert tuned["member"] == {"mu_5": "a"}  # median 300, where b's is 900 and on-policy's 600
+    replay = tuned["methods"]["replay"]
+    assert replay["ratio_per_seed"]["mu_5"] == pytest.approx([1.2, 1.2, 0.4])
+    assert replay["ratio"]["mu_5"] == pytest.approx(1.2)
+    assert tuned["methods"]["on_policy"]["ratio_per_seed"]["mu_5"] == pytest.approx([2, 2, 2 / 3])
+
+
+def test_a_tuned_member_that_never_reaches_stands_in_with_its_whole_run() -> None:
+    runs = {
+        "on_policy": seeds("on_policy", RISE, 100),
+        "fast": [run("fast", s, [0.1] * 7 if s == 1 else RISE, 50) for s in range(3)],
+        "replay": seeds("replay", RISE, 60),
+        "flat": seeds("flat", [0.1] * 7, 100),
+    }
+    tuned = envelope_reading(runs, baseline="on_policy", sweep=["fast"])["tuned_member"]
+    assert tuned["member"] == {"mu_5": "fast"}  # never on seed 1, but the median seed reaches
+    # seed 1: fast's whole run (300) stands in, so 360 / 300 bounds the ratio from above
+    assert tuned["methods"]["replay"]["ratio_per_seed"]["mu_5"] == pytest.approx([1.2, 1.2, 1.2])
+    assert tuned["methods"]["flat"]["ratio_per_seed"]["mu_5"] == [None] * 3
+
+
+def test_a_suite_reads_every_task_against_its_tuned_member() -> None:
+    summaries = {}
+    for task, lucky in (("gcd", 2), ("products", 0)):
+        runs = {
+            "on_policy": seeds("on_policy", RISE, 100),
+            "a": [run("a", s, RISE, 150 if s == lucky else 50) for s in range(3)],
+            "b": [run("b", s, RISE, 50 if s == lucky else 150) for s in range(3)],
+            "replay": seeds("replay", RISE, 60),
+        }
+        summary = compare_methods(runs, baseline="on_policy", bases=["mu_5"])
+        summary["envelope"] = envelope_reading(runs, baseline="on_policy", sweep=["a", "b"])
+        summaries[task] = summary
+    reading = suite_summary(summaries, "on_policy", {"gcd": 0.1, "products": 0.1})
+    assert reading["tasks"]["gcd"]["envelope"]["tuned_member"] == "a"
+    gcd = reading["methods"]["replay"]["tasks"]["gcd"]["vs_tuned"]
+    assert gcd["member_ratio_per_seed"] == pytest.approx([1.2, 1.2, 0.4])
+    across = reading["methods"]["replay"]["across"]["vs_tuned"]
+    assert across["median_ratio"] == pytest.approx(1.2)  # the envelope: 300 on every seed
+    assert across["median_member_ratio"] == pytest.approx(1.2)
+    assert across["worst_member_ratio"] == pytest.approx(1.2)
+    text = suite_markdown(reading)
+    assert "| gcd | 3 | 0: a, 1: a, 2: b |" in text and "| a |" in text
+    assert "| 1.20× (1.20×, 1.20×, 0.40×) |" in text
+
+
 # --- the experiment file ------------------------------------------------------------------
 
 
@@ -282,9 +339,16 @@ def test_report_reads_an_experiment_against_its_sweep(
     write_runs(tmp_path / "out" / "full", PLAN)
     assert main(["report", str(path), "--markdown"]) == 0
     printed = capsys.readouterr().out
-    assert "vs tuned on-policy mu_5 | first member | vs best tuned final mu_5 |" in printed
-    assert "| 0.90× [0.90–0.90] | on_policy_lr 3/3 | 0.90× [0.90–0.90] |" in printed
+    head = (
+        "vs tuned on-policy mu_5 | first member | vs on_policy_lr mu_5 | vs best tuned final mu_5 |"
+    )
+    assert head in printed
+    assert (
+        "| 0.90× [0.90–0.90] | on_policy_lr 3/3 | 0.90× [0.90–0.90] | 0.90× [0.90–0.90] |"
+        in printed
+    )
     assert "Tuned on-policy: the envelope of on_policy, on_policy_lr" in printed
+    assert "Tuned member: on_policy_lr, the one setting a user would pick" in printed
     out = tmp_path / "out" / "full"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["envelope"]["methods"]["replay"]["baseline_final"]["ratio_per_seed"][

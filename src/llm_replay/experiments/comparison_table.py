@@ -108,7 +108,10 @@ def _tuned_head(summary: dict[str, Any], short: bool = False) -> list[str]:
     if not reading:
         return []
     basis = tuned.basis_of(reading)
+    member = (reading.get("tuned_member") or {}).get("member", {}).get(basis)
     head = [f"vs tuned on-policy {basis}", "first member"]
+    if member is not None:
+        head.append(f"vs {member} {basis}")
     return head if short else [*head, f"vs best tuned final {basis}"]
 
 
@@ -127,7 +130,10 @@ def _tuned_cells(summary: dict[str, Any], name: str, short: bool = False) -> lis
         for kind in tuned.TARGETS
     ]
     cells.insert(1, tuned.leaders_cell(reading, name))
-    return cells[:2] if short else cells
+    member = (reading.get("tuned_member") or {}).get("methods", {}).get(name)
+    if member is not None:
+        cells.insert(2, _ratio_cell(member["ratio"][basis], member["ratio_ci95"][basis]))
+    return cells[: len(_tuned_head(summary, short=True))] if short else cells
 
 
 def _saturation_cell(method: dict[str, Any]) -> str:

@@ -56,6 +56,7 @@ from llm_replay.experiments.suite_stats import (
 from llm_replay.experiments.suite_stats import interval_text as _interval
 from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
+from llm_replay.experiments.tuned_member import member_cell, member_digest, member_reading
 
 AXIS = "mu_5"
 GRID_POINTS = 80
@@ -119,6 +120,9 @@ def envelope_reading(
     targets["best_member_final"]["best_member_per_seed"] = [
         max(finals[s], key=finals[s].__getitem__) for s in seeds
     ]
+    methods = {
+        name: _method(name, curves, levels, envelope, bases) for name, curves in runs.items()
+    }
     return {
         "baseline": baseline,
         "members": members,
@@ -126,9 +130,8 @@ def envelope_reading(
         "seed_ids": seeds,
         "bases": list(bases),
         "targets": targets,
-        "methods": {
-            name: _method(name, curves, levels, envelope, bases) for name, curves in runs.items()
-        },
+        "methods": methods,
+        "tuned_member": member_reading(by_seed, levels["baseline_final"], runs, bases),
         "axis": leaders_on_axis({m: runs[m] for m in members}),
     }
 
@@ -267,6 +270,13 @@ def note_lines(reading: Mapping[str, Any]) -> list[str]:
     basis, baseline = basis_of(reading), reading["baseline"]
     members = ", ".join(reading["members"])
     lines = [f"Tuned on-policy: the envelope of {members} (at each compute, the best of them)."]
+    member = (reading.get("tuned_member") or {}).get("member", {}).get(basis)
+    if member is not None:
+        lines.append(
+            f"Tuned member: {member}, the one setting a user would pick (least median compute to "
+            f"{reading['baseline']}'s final accuracy on {basis}), read seed by seed as a third "
+            "reading beside the envelope, which picks the best member on each seed."
+        )
     if reading["members_left_out"]:
         gone = "; ".join(f"{m}: {why}" for m, why in reading["members_left_out"].items())
         lines.append(
@@ -328,7 +338,13 @@ def task_digest(reading: Mapping[str, Any], basis: str) -> dict[str, Any]:
         "best_final_per_seed": targets["best_member_final"]["level_per_seed"],
         "first_to_best_final_per_seed": targets["best_member_final"]["leader_per_seed"][basis],
         "leads": {k: reading["axis"][k] for k in ("segments", "share", "quarters")},
+        "tuned_member": _tuned(reading).get("member", {}).get(basis),
     }
+
+
+def _tuned(reading: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The tuned-member reading (`tuned_member.py`); empty in a summary written before it."""
+    return reading.get("tuned_member") or {}
 
 
 def method_digest(reading: Mapping[str, Any], method: str, basis: str) -> dict[str, Any]:
@@ -345,6 +361,7 @@ def method_digest(reading: Mapping[str, Any], method: str, basis: str) -> dict[s
         "harder_ratio_ci95": harder["ratio_ci95"][basis],
         "harder_ratio_per_seed": harder["ratio_per_seed"][basis],
         "first_member": leaders_cell(reading, method),
+        **member_digest(_tuned(reading), method, basis),
     }
 
 
@@ -369,6 +386,14 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
         ratios = [math.inf if r["ratio"] is None else float(r["ratio"]) for r in gain]
         harder = [math.inf if r["harder_ratio"] is None else float(r["harder_ratio"]) for r in gain]
         spread = median_across_uncertainty([r["ratio_per_seed"] for r in gain]) if gain else None
+        member = [r for r in gain if "member_ratio_per_seed" in r]
+        member_ratios = [_inf(r["member_ratio"]) for r in member]
+        complete = bool(member) and len(member) == len(gain)
+        member_spread = (
+            median_across_uncertainty([r["member_ratio_per_seed"] for r in member])
+            if complete
+            else None
+        )
         entry["across"]["vs_tuned"] = {
             "tasks": len(rows),
             "gain_tasks": len(gain),
@@ -377,6 +402,9 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
             "median_ratio_within_goal": None if spread is None else spread["within_goal"],
             "worst_ratio": max(ratios) if ratios else None,
             "median_harder_ratio": statistics.median(harder) if harder else None,
+            "median_member_ratio": statistics.median(member_ratios) if complete else None,
+            "median_member_ratio_ci95": None if member_spread is None else member_spread["ci95"],
+            "worst_member_ratio": max(member_ratios) if complete else None,
         }
 
 
@@ -394,8 +422,9 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
         "best member's final accuracy (harder), medians over seeds.",
         "",
         "| method | median vs on-policy | median vs tuned [95% over seeds] | "
-        f"resamples ≤ {MEDIAN_RATIO_GOAL}× | worst vs tuned | median vs best tuned final |",
-        "|---|---|---|---|---|---|",
+        f"resamples ≤ {MEDIAN_RATIO_GOAL}× | worst vs tuned | median vs best tuned final | "
+        "median vs tuned member [95%] | worst vs tuned member |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in reading["methods"].items():
         t = entry["across"].get("vs_tuned")
@@ -405,13 +434,15 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
             f"| {method} | {_x(entry['across']['median_ratio'])} | "
             f"{_x(t['median_ratio'])}{_interval(t['median_ratio_ci95'])} | "
             f"{_share(t['median_ratio_within_goal'])} | {_x(t['worst_ratio'])} | "
-            f"{_x(t['median_harder_ratio'])} |"
+            f"{_x(t['median_harder_ratio'])} | "
+            f"{_x(t.get('median_member_ratio'))}{_interval(t.get('median_member_ratio_ci95'))} | "
+            f"{_x(t.get('worst_member_ratio'))} |"
         )
     lines += [
         "",
         f"| task | members (left out) | first to {base}'s final, per seed | {base} ÷ envelope "
-        "| best final, per seed | on top along μ5 |",
-        "|---|---|---|---|---|---|",
+        "| best final, per seed | on top along μ5 | tuned member |",
+        "|---|---|---|---|---|---|---|",
     ]
     for task, e in tasks.items():
         gone = f" ({', '.join(e['members_left_out'])})" if e["members_left_out"] else ""
@@ -428,13 +459,13 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
         leads = segments_text({"axis": e["leads"]})
         lines.append(
             f"| {task} | {len(e['members'])}{gone} | {first} | {_x(e['baseline_vs_tuned'])} | "
-            f"{best} | {leads} |"
+            f"{best} | {leads} | {e.get('tuned_member') or '—'} |"
         )
     lines += [
         "",
         "| method | task | vs on-policy | vs tuned [95%] | per seed vs tuned | first member "
-        "| vs best tuned final |",
-        "|---|---|---|---|---|---|---|",
+        "| vs best tuned final | vs tuned member, per seed |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in reading["methods"].items():
         for task, r in entry["tasks"].items():
@@ -448,7 +479,8 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
             plain = "no gain to save" if r.get("no_gain") else _x(r["ratio"])
             lines.append(
                 f"| {method} | {task} | {plain} | {_x(_inf(v['ratio']))}{_interval(v['ratio_ci95'])} | "
-                f"{per_seed} | {v['first_member']} | {_x(_inf(v['harder_ratio']))} |"
+                f"{per_seed} | {v['first_member']} | {_x(_inf(v['harder_ratio']))} | "
+                f"{member_cell(v)} |"
             )
     return lines
 
