@@ -46,8 +46,9 @@ RUNS: dict[str, tuple[str, list[str]]] = {
         [*CHAIN, "runtime=ray", "workers.count=1", "workers.learner_cpus=1"],
     ),
     "trl_positive": ("positive", CHAIN),  # through `run_trl`, as `backend: trl` in compare
+    "trl_auto": ("auto", CHAIN),  # adaptive rollouts' stages through TRL's generate-and-score
 }
-TRL = {"trl_positive"}
+TRL = {"trl_positive", "trl_auto"}
 TIMING_WORDS = {"seconds", "wall", "idle", "busy", "time", "throughput", "latency"}
 
 

@@ -18,7 +18,6 @@ from tests.conftest import TINY_KNOBS
 from trl import GRPOConfig, GRPOTrainer
 
 from llm_replay.integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
-from llm_replay.integrations.trl.trainer import STATE_DIR
 from llm_replay.methods import METHODS
 from llm_replay.models import load_policy
 
@@ -117,9 +116,11 @@ def build_weights() -> dict[str, torch.Tensor]:
 
 def test_overrides_wrap_trl_and_copy_nothing() -> None:
     """Every TRL method we override calls super() and is a few lines, not a copy of TRL's."""
-    overridden = [
+    ours_first = ReplayGRPOTrainer.__mro__[: ReplayGRPOTrainer.__mro__.index(GRPOTrainer)]
+    overridden = [  # ours and the kit's (`frontend.checkpoint.TrainerCheckpoints`)
         name
-        for name, member in vars(ReplayGRPOTrainer).items()
+        for cls in ours_first
+        for name, member in vars(cls).items()
         if callable(member) and hasattr(GRPOTrainer, name) and not name.startswith("__")
     ]
     assert set(overridden) == {
@@ -356,7 +357,7 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path: Path):
         ReplayGRPOConfig(**settings(tmp_path / "parts", max_steps=4, **save), **knobs),
     )
     first.train()
-    state = tmp_path / "parts" / "out" / "checkpoint-4" / STATE_DIR
+    state = tmp_path / "parts" / "out" / "checkpoint-4" / ReplayGRPOTrainer.state_dir
     assert (state / "replay_state.json").is_file()
     assert not [p for p in state.rglob("*") if p.suffix in (".pkl", ".pt", ".pth", ".pickle")]
     resumed = build(
@@ -399,7 +400,9 @@ def test_rows_stored_without_behaviour_log_probs_never_reach_a_run_that_reads_th
     with pytest.raises(ValueError, match=r"stored no behaviour log-probs.*replay_token_control"):
         resumed.train(resume_from_checkpoint=True)
     # a checkpoint from before the flag: the restored rows themselves are read
-    state_file = tmp_path / "out" / "checkpoint-4" / STATE_DIR / "replay_state.json"
+    state_file = (
+        tmp_path / "out" / "checkpoint-4" / ReplayGRPOTrainer.state_dir / "replay_state.json"
+    )
     state = json.loads(state_file.read_text())
     del state["behaviour_stored"]
     state_file.write_text(json.dumps(state))

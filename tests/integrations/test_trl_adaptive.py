@@ -17,7 +17,6 @@ from tests.integrations.test_trl import settings, table_digest, trained
 from llm_replay.config import load_config
 from llm_replay.integrations.trl import ReplayGRPOConfig, ReplayGRPOTrainer
 from llm_replay.integrations.trl.runner import trl_arguments
-from llm_replay.integrations.trl.trainer import STATE_DIR
 from llm_replay.models import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,7 +134,14 @@ def test_resume_with_adaptive_rollouts_continues_exactly(tmp_path: Path):
     before_cut = Scripted(set(), True)
     first = build(adaptive_config(tmp_path / "parts", max_steps=2, **save), before_cut, repeated)
     first.train()
-    state = tmp_path / "parts" / "out" / "checkpoint-2" / STATE_DIR / "replay_state.json"
+    state = (
+        tmp_path
+        / "parts"
+        / "out"
+        / "checkpoint-2"
+        / ReplayGRPOTrainer.state_dir
+        / "replay_state.json"
+    )
     assert '"adaptive"' in state.read_text()
     after_cut = Scripted(set(), True)
     after_cut.seen = set(before_cut.seen)  # the reward's memory is the world's, not the trainer's

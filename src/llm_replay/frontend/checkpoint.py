@@ -7,6 +7,9 @@ them: TRL's on-policy queue, verl without replay) reaching a run whose ratio or 
 them would train on zeros read as a behaviour policy certain of every token: the checkpoint says
 whether its run stored them (`behaviour_stored`), and such a resume is refused with the setting
 to change. One written before that flag existed is read for all-zero rows instead.
+
+`TrainerCheckpoints` is the same for a Hugging Face `Trainer` subclass (TRL's trainers): its state
+goes into each `checkpoint-N/` the trainer writes and comes back when the trainer resumes one.
 """
 
 from __future__ import annotations
@@ -94,3 +97,35 @@ def check_behaviour(
         )
     if stored is None and table is not None:
         refuse_zero_behaviour(table, f"{directory} (resumed under {reader})")
+
+
+class TrainerCheckpoints:
+    """Mixed in before a Hugging Face `Trainer` class: after the trainer's own save the front
+    end's state goes to `checkpoint-N/llm_replay/` (`save_replay_state`), and when the trainer
+    resumes a checkpoint it is read back from there (`load_replay_state`), or refused where the
+    checkpoint holds none (`state_file` marks it)."""
+
+    state_dir = "llm_replay"
+    state_file: str
+    args: Any
+    state: Any
+
+    def save_replay_state(self, target: Path) -> None:
+        raise NotImplementedError
+
+    def load_replay_state(self, directory: Path) -> None:
+        raise NotImplementedError
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
+        if self.args.should_save:
+            output = Path(self._get_output_dir(trial=trial))  # type: ignore[attr-defined]
+            self.save_replay_state(output / f"checkpoint-{self.state.global_step}" / self.state_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)  # type: ignore[misc]
+        if checkpoint is not None:
+            writer = type(self).__name__
+            self.load_replay_state(
+                state_directory(checkpoint, self.state_dir, self.state_file, writer)
+            )

@@ -47,7 +47,7 @@ from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.preference import PreferenceConfig
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.data.rollout import ANNOTATORS
-from llm_replay.frontend.checkpoint import state_directory
+from llm_replay.frontend.checkpoint import TrainerCheckpoints
 from llm_replay.frontend.meter import count_generated, count_metrics
 from llm_replay.frontend.padded import pad_rows, sample_rows, unpad
 from llm_replay.frontend.settings import as_mapping
@@ -63,7 +63,6 @@ TABLE_KNOBS = (
     "correction",
     "is_cap",
 )
-STATE_DIR = "llm_replay"
 STATE_FILE = "online_dpo.json"
 
 
@@ -112,8 +111,10 @@ class ReplayOnlineDPOConfig(OnlineDPOConfig):  # type: ignore[misc]
             )
 
 
-class ReplayOnlineDPOTrainer(OnlineDPOTrainer):  # type: ignore[misc]
+class ReplayOnlineDPOTrainer(TrainerCheckpoints, OnlineDPOTrainer):  # type: ignore[misc]
     """`OnlineDPOTrainer` whose steps also train stored pairs (module docstring)."""
+
+    state_file = STATE_FILE
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -301,21 +302,13 @@ class ReplayOnlineDPOTrainer(OnlineDPOTrainer):  # type: ignore[misc]
         self.pairs.update(s.keys[0::2], wrongness)
 
     # ------------------------------------------------------------------ checkpoints
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
-        if not self.args.should_save:
-            return
-        folder = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
-        with atomic_directory(folder / STATE_DIR) as staging:
+    def save_replay_state(self, target: Path) -> None:
+        with atomic_directory(target) as staging:
             self.pairs.save(staging)
             state = {"meter": self.meter.state_dict(), "prompts_seen": self.prompts_seen}
             (staging / STATE_FILE).write_text(json.dumps(state))
 
-    def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        directory = state_directory(checkpoint, STATE_DIR, STATE_FILE, "ReplayOnlineDPOTrainer")
+    def load_replay_state(self, directory: Path) -> None:
         self.pairs.load(directory)
         state = json.loads((directory / STATE_FILE).read_text())
         self.meter.load_state_dict(state["meter"])

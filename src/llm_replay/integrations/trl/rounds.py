@@ -26,17 +26,14 @@ from llm_replay.buffer import Sample
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.frontend.padded import pad_rows, sample_rows, unpad
 
-ROUND_KEYS = (
-    "prompt_ids",
-    "prompt_mask",
-    "completion_ids",
-    "completion_mask",
-    "behaviour",
-    "advantages",
-    "rewards",
-    "group_ids",
-    "task_codes",
-)
+# the padded fields of a round: (pad with the pad token, pad on the left), as TRL lays them out
+PADDED = {
+    "prompt_ids": (True, True),
+    "prompt_mask": (False, True),
+    "completion_ids": (True, False),
+    "completion_mask": (False, False),
+    "behaviour": (False, False),
+}
 
 
 def behaviour_logprobs(out: Mapping[str, Any]) -> Tensor | None:
@@ -104,22 +101,12 @@ def gather_round(accelerator: Any, local: dict[str, Tensor], pad_id: int) -> dic
     if accelerator.num_processes == 1:
         return dict(local)
     padded = {
-        "prompt_ids": accelerator.pad_across_processes(
-            local["prompt_ids"], dim=1, pad_index=pad_id, pad_first=True
-        ),
-        "prompt_mask": accelerator.pad_across_processes(
-            local["prompt_mask"], dim=1, pad_index=0, pad_first=True
-        ),
-        "completion_ids": accelerator.pad_across_processes(
-            local["completion_ids"], dim=1, pad_index=pad_id
-        ),
-        "completion_mask": accelerator.pad_across_processes(
-            local["completion_mask"], dim=1, pad_index=0
-        ),
-        "behaviour": accelerator.pad_across_processes(local["behaviour"], dim=1, pad_index=0),
+        key: accelerator.pad_across_processes(
+            local[key], dim=1, pad_index=pad_id if token else 0, pad_first=left
+        )
+        for key, (token, left) in PADDED.items()
     }
-    padded.update({k: local[k] for k in ("advantages", "rewards", "group_ids", "task_codes")})
-    return {k: accelerator.gather(padded[k]) for k in ROUND_KEYS}
+    return {k: accelerator.gather(padded.get(k, v)) for k, v in local.items()}
 
 
 def step_major(rows: int, processes: int, per_step: int) -> np.ndarray:

@@ -40,7 +40,7 @@ from llm_replay.algorithms.token_control import clip_cov_generator
 from llm_replay.buffer import Sample
 from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
-from llm_replay.frontend.checkpoint import load_front_end, save_front_end, state_directory
+from llm_replay.frontend.checkpoint import TrainerCheckpoints, load_front_end, save_front_end
 from llm_replay.frontend.meter import count_generated, count_metrics, count_trained, draw_metrics
 from llm_replay.frontend.stages import TrainerStages
 from llm_replay.frontend.tasks import TaskColumn
@@ -72,17 +72,17 @@ from llm_replay.methods.host import ReplayHost, RunShape
 from llm_replay.metrics import ComputeMeter
 from llm_replay.runtime.adaptive_rollouts import AdaptiveRollouts
 
-STATE_DIR = "llm_replay"
 STATE_FILE = "replay_state.json"
 BUFFER_METRICS = frozenset(
     {"buffer/size", "buffer/tokens", "buffer/stored_age_mean", "buffer/stored_reuse_mean"}
 )
 
 
-class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
+class ReplayGRPOTrainer(TrainerCheckpoints, GRPOTrainer):  # type: ignore[misc]
     """`trl.GRPOTrainer` whose trained batches come from an llm-replay method (module docstring)."""
 
     num_generations: int  # TRL's; a stage of adaptive rollouts sets it for its call
+    state_file = STATE_FILE
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -229,12 +229,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             fresh = self._fresh_round(generation_batch)
             self._round = self.host.round(fresh, mu=self.meter.mu, progress=self.budget_progress())
 
-    def _save_checkpoint(self, model: Any, trial: Any) -> None:
-        super()._save_checkpoint(model, trial)
-        if not self.args.should_save:
-            return
-        folder = f"checkpoint-{self.state.global_step}"
-        target = Path(self._get_output_dir(trial=trial)) / folder / STATE_DIR
+    def save_replay_state(self, target: Path) -> None:
         state: dict[str, Any] = {"rounds": self.rounds, "reward_version": self.reward_version}
         if self.adaptive is not None:
             state["adaptive"] = self.adaptive.state()
@@ -247,11 +242,7 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             state_file=STATE_FILE,
         )
 
-    def _load_optimizer_and_scheduler(self, checkpoint: Any) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is None:
-            return
-        directory = state_directory(checkpoint, STATE_DIR, STATE_FILE, "ReplayGRPOTrainer")
+    def load_replay_state(self, directory: Path) -> None:
         reader = self._behaviour_reader() if self._needs_behaviour else None
         state = load_front_end(
             self.host, directory, meter=self.meter, reader=reader, state_file=STATE_FILE
@@ -319,17 +310,26 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
             carries_rows=self.adaptive is not None,
         )
 
-    def _fresh_round(self, generation_batch: Any) -> Any:
-        if self.adaptive is not None:
-            return self._adaptive_round(generation_batch)
+    def _fresh_round(self, generation_batch: Any) -> RolloutBatch:
+        """One round generated and scored by TRL (plain, or AR3PO's stages), timed as generation."""
         start = time.perf_counter()
-        out = self._generate_and_score_completions(generation_batch)
-        if self._rewards is None:
-            raise RuntimeError("TRL returned completions without calling _calculate_rewards")
+        if self.adaptive is None:
+            fresh, reward = self._plain_round(generation_batch)
+        else:
+            fresh, reward = self._adaptive_round(generation_batch)
+        self.rounds += 1
+        self.last_round_reward = reward
+        seconds = time.perf_counter() - start
+        self._generation_seconds += seconds
+        self.meter.add_seconds("generation", seconds)
+        return fresh
+
+    def _plain_round(self, generation_batch: Any) -> tuple[RolloutBatch, float]:
+        out, rewards = self._scored(generation_batch)
         rows = out["completion_ids"].shape[0]
         rank, processes = self.accelerator.process_index, self.accelerator.num_processes
         first = self.rounds * self.args.generation_batch_size + rank * rows
-        out["replay_rewards"] = self._rewards[rank * rows : (rank + 1) * rows]
+        out["replay_rewards"] = rewards[rank * rows : (rank + 1) * rows]
         out["replay_groups"] = (
             torch.arange(first, first + rows, device=out["completion_ids"].device)
             // self.num_generations
@@ -344,28 +344,15 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         )
         gathered = gather_round(self.accelerator, local, self._tokenizer.pad_token_id)
         total = gathered["completion_ids"].shape[0]
-        fresh = to_rollouts(
-            gathered,
-            policy_version=self.state.global_step,
-            correct_threshold=self.args.replay_correct_threshold,
-            eos_token_ids=self.eos_token_ids,
-            order=step_major(total, processes, self.args.per_device_train_batch_size),
-            reward_version=self.reward_version,
-            task_names=self._task_names,
-        )
-        self.rounds += 1
-        self.last_round_reward = float(fresh.rewards.mean())
-        seconds = time.perf_counter() - start
-        self._generation_seconds += seconds
-        self.meter.add_seconds("generation", seconds)
+        order = step_major(total, processes, self.args.per_device_train_batch_size)
+        fresh = self._as_rollouts(gathered, order)
         count_generated(self.meter, fresh, prompts=total // self.num_generations)
-        return fresh
+        return fresh, float(fresh.rewards.mean())
 
-    def _adaptive_round(self, generation_batch: Any) -> RolloutBatch:
-        """AR3PO's round (`integrations.trl.adaptive`): stages through TRL's generate-and-score,
+    def _adaptive_round(self, generation_batch: Any) -> tuple[RolloutBatch, float]:
+        """AR3PO's round (`runtime.adaptive_rollouts`): stages through TRL's generate-and-score,
         reuse, then each group's advantage over the group as it ends up."""
         assert self.adaptive is not None
-        start = time.perf_counter()
         group_size = self.num_generations
         inputs = one_input_per_prompt(generation_batch, group_size)
         stages = TrainerStages(inputs, group_size, self._stage, self.reward_version)
@@ -373,47 +360,43 @@ class ReplayGRPOTrainer(GRPOTrainer):  # type: ignore[misc]
         first_group = self.rounds * (self.args.generation_batch_size // group_size)
         batch, _ = self.adaptive.sample(stages, indices, first_group, self.meter)
         batch = self.adaptive.reuse(batch, indices, first_group, stages)
-        advantage = self.args.advantage_estimator
-        fresh = shuffled(
-            batch.with_advantages(group_advantages(batch.rewards, batch.group_ids, advantage))
-        )
-        self.rounds += 1
+        advantages = group_advantages(batch.rewards, batch.group_ids, self.args.advantage_estimator)
         generated = ~self.adaptive.reused_rows
-        self.last_round_reward = float(batch.rewards[generated].mean())
-        seconds = time.perf_counter() - start
-        self._generation_seconds += seconds
-        self.meter.add_seconds("generation", seconds)
-        return fresh
+        return shuffled(batch.with_advantages(advantages)), float(batch.rewards[generated].mean())
 
     def _stage(self, rows: list[Any], n: int, group_ids: np.ndarray) -> RolloutBatch:
         """One stage: TRL generates and scores `rows` (each prompt `n` times in a row) as groups
         of `n`; its advantages are dropped (the round computes them)."""
         saved = self.num_generations
         self.num_generations = n  # TRL groups rewards (and asks vLLM for n) by this
-        self._rewards = None
         try:
-            out = self._generate_and_score_completions(rows)
+            out, rewards = self._scored(rows)
         finally:
             self.num_generations = saved
-        if self._rewards is None:
-            raise RuntimeError("TRL returned completions without calling _calculate_rewards")
-        behaviour = behaviour_or_zeros(out)
         device = out["completion_ids"].device
         groups = torch.as_tensor(group_ids, device=device)
         tasks = None if self.tasks is None else self.tasks.codes(rows, device)
-        local = local_round(out, self._rewards, groups, behaviour, tasks)
+        local = local_round(out, rewards, groups, behaviour_or_zeros(out), tasks)
+        return self._as_rollouts(local)
+
+    def _scored(self, inputs: Any) -> tuple[dict[str, Any], torch.Tensor]:
+        """TRL's generate-and-score on `inputs`, and the total rewards it gathered."""
+        self._rewards = None
+        out = self._generate_and_score_completions(inputs)
+        if self._rewards is None:
+            raise RuntimeError("TRL returned completions without calling _calculate_rewards")
+        return out, self._rewards
+
+    def _as_rollouts(self, round_: dict[str, Any], order: np.ndarray | None = None) -> RolloutBatch:
         return to_rollouts(
-            local,
+            round_,
             policy_version=self.state.global_step,
             correct_threshold=self.args.replay_correct_threshold,
             eos_token_ids=self.eos_token_ids,
+            order=order,
             reward_version=self.reward_version,
-            task_names=self._task_names,
+            task_names=("",) if self.tasks is None else self.tasks.names,
         )
-
-    @property
-    def _task_names(self) -> tuple[str, ...]:
-        return ("",) if self.tasks is None else self.tasks.names
 
     def _micro_batch(self, sample: Sample) -> dict[str, Any]:
         a = self.args

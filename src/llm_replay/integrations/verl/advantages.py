@@ -37,9 +37,6 @@ class AdvantageBook:
             for uid in uids:
                 self._values.pop(uid, None)
 
-    def __len__(self) -> int:
-        return len(self._values)
-
     def get(self, uids: Sequence[str]) -> list[float | None]:
         """Each uid's advantage, None where none is booked."""
         with self._lock:

@@ -65,7 +65,7 @@ from llm_replay.integrations.verl.settings import (
     startup_problems,
     verl_root,
 )
-from llm_replay.integrations.verl.startup import MODES, mode_named
+from llm_replay.integrations.verl.startup import MODES, lookup_int, mode_named
 from llm_replay.integrations.verl.state import (
     STATE_DIR,
     STATE_FILE,
@@ -134,17 +134,17 @@ class ReplaySampler(SamplerCheckpoints, ReplayBuffer):  # type: ignore[misc]
         problems = startup_problems(
             root, self.replays, self.settings.advantage, self.settings.recipe
         )
-        self.group_size = self.settings.group_size or _int(
-            lookup(root, "actor_rollout_ref.rollout.n")
+        self.group_size = self.settings.group_size or lookup_int(
+            root, "actor_rollout_ref.rollout.n"
         )
-        self.mini_batch_prompts = self.settings.mini_batch_prompts or _int(
-            lookup(root, "actor_rollout_ref.actor.ppo_mini_batch_size")
+        self.mini_batch_prompts = self.settings.mini_batch_prompts or lookup_int(
+            root, "actor_rollout_ref.actor.ppo_mini_batch_size"
         )
         problems += missing_signals(root, replay)
         if problems:
             raise ValueError("; ".join(problems))
         self.root = root
-        self.calls_per_step = _int(lookup(trainer_config, "parameter_sync_step")) or 1
+        self.calls_per_step = lookup_int(trainer_config, "parameter_sync_step") or 1
         self.total_steps = self.settings.total_steps or run_length(root, self.calls_per_step)
         directory = self.settings.checkpoint_dir or lookup(root, "trainer.default_local_dir")
         self.checkpoint_dir = None if directory is None else Path(str(directory))
@@ -294,8 +294,8 @@ class ReplaySampler(SamplerCheckpoints, ReplayBuffer):  # type: ignore[misc]
         call's `batch_size` (train_batch_size / parameter_sync_step), rounded up to a multiple of
         the `gen_batch_size` verl fetches prompts in (`data.gen_batch_size`, else
         `train_batch_size`; verl sets it to 1 in its async modes), which its refill requires."""
-        gen = _int(lookup(self.root, "data.gen_batch_size")) or _int(
-            lookup(self.root, "data.train_batch_size")
+        gen = lookup_int(self.root, "data.gen_batch_size") or lookup_int(
+            self.root, "data.train_batch_size"
         )
         if not gen or gen <= 0:
             return batch_size
@@ -459,7 +459,3 @@ class AsyncReplaySampler(ReplaySampler, ReplayBufferAsync):  # type: ignore[misc
     refills the fresh groups and answers `get_sampleable_count` / `wait_for_sampleable`; the
     method composes each step's batch from what it hands over, as in sync mode. Built when
     `custom_sampler.name=ReplaySampler` meets an async `trainer_mode`."""
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None or isinstance(value, bool) else int(value)

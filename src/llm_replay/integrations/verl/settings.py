@@ -21,7 +21,7 @@ from llm_replay.frontend.settings import (
     refuse_beyond_replay,
     resolve_method,
 )
-from llm_replay.integrations.verl.startup import PREFIX
+from llm_replay.integrations.verl.startup import PREFIX, lookup_int
 from llm_replay.integrations.verl.startup import lookup as lookup  # re-exported for sampler.py
 from llm_replay.integrations.verl.startup import startup_problems as startup_problems
 from llm_replay.methods.host import follows_progress
@@ -116,14 +116,10 @@ def run_length(root: Any, updates_per_step: int = 1) -> int | None:
     """The run's steps: `trainer.total_training_steps` where the user set it, else what verl's
     trainer derives from the data and writes into the actor's optimizer config (in optimizer
     updates, `parameter_sync_step` of them a step) after the sampler is built."""
-    steps = _plain_int(lookup(root, "trainer.total_training_steps"))
+    steps = lookup_int(root, "trainer.total_training_steps")
     if steps:
         return steps
-    updates = _plain_int(lookup(root, "actor_rollout_ref.actor.optim.total_training_steps"))
+    updates = lookup_int(root, "actor_rollout_ref.actor.optim.total_training_steps")
     if not updates or updates < 0:
         return None
     return max(1, updates // max(1, updates_per_step))
-
-
-def _plain_int(value: Any) -> int | None:
-    return None if value is None or isinstance(value, bool) else int(value)

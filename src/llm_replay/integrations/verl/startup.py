@@ -47,6 +47,12 @@ def lookup(root: Any, dotted: str) -> Any:
     return node
 
 
+def lookup_int(root: Any, dotted: str) -> int | None:
+    """`lookup` as an int (verl's OmegaConf gives ints; None where missing or a bool)."""
+    value = lookup(root, dotted)
+    return None if value is None or isinstance(value, bool) else int(value)
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
