@@ -371,6 +371,25 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path: Path):
         torch.testing.assert_close(resumed.model.state_dict()[name], value, rtol=0, atol=1e-6)
 
 
+def test_a_round_whose_rewards_trl_never_gathered_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Every round checks that TRL gathered its rewards, not only the first: a later round would
+    otherwise be stored with the previous round's rewards."""
+    trainer = build(ReplayGRPOConfig(**settings(tmp_path, max_steps=3)))
+    rounds = {"n": 0}
+    ours, trls = ReplayGRPOTrainer._calculate_rewards, GRPOTrainer._calculate_rewards
+
+    def first_round_only(self: Any, *args: Any) -> Any:
+        rounds["n"] += 1
+        return (ours if rounds["n"] == 1 else trls)(self, *args)
+
+    monkeypatch.setattr(ReplayGRPOTrainer, "_calculate_rewards", first_round_only)
+    with pytest.raises(RuntimeError, match="without calling _calculate_rewards"):
+        trainer.train()
+    assert rounds["n"] == 2
+
+
 def test_resume_refuses_a_checkpoint_without_replay_state(tmp_path: Path):
     plain = build(
         GRPOConfig(**settings(tmp_path, max_steps=2, save_strategy="steps", save_steps=2)),
