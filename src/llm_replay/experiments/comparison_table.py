@@ -133,7 +133,7 @@ def _tuned_cells(summary: dict[str, Any], name: str, short: bool = False) -> lis
     member = (reading.get("tuned_member") or {}).get("methods", {}).get(name)
     if member is not None:
         cells.insert(2, _ratio_cell(member["ratio"][basis], member["ratio_ci95"][basis]))
-    return cells[: len(_tuned_head(summary, short=True))] if short else cells
+    return cells[:-1] if short else cells  # short: without the harder target
 
 
 def _saturation_cell(method: dict[str, Any]) -> str:

@@ -56,7 +56,7 @@ from llm_replay.experiments.suite_stats import (
 from llm_replay.experiments.suite_stats import interval_text as _interval
 from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
-from llm_replay.experiments.tuned_member import member_cell, member_digest, member_reading
+from llm_replay.experiments.tuned_member import member_digest, member_reading
 
 AXIS = "mu_5"
 GRID_POINTS = 80
@@ -480,7 +480,7 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
             lines.append(
                 f"| {method} | {task} | {plain} | {_x(_inf(v['ratio']))}{_interval(v['ratio_ci95'])} | "
                 f"{per_seed} | {v['first_member']} | {_x(_inf(v['harder_ratio']))} | "
-                f"{member_cell(v)} |"
+                f"{_member_cell(v)} |"
             )
     return lines
 
@@ -488,3 +488,11 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
 def _inf(value: float | None) -> float:
     """A ratio as the tables print it: None (never reached on the median seed) as infinite."""
     return math.inf if value is None else float(value)
+
+
+def _member_cell(v: Mapping[str, Any]) -> str:
+    """ "0.61× (0.55×, 0.61×, 0.90×)": against the tuned member, median and per seed."""
+    if "member_ratio_per_seed" not in v:
+        return "—"
+    per_seed = ", ".join(_x(_inf(x)) for x in v["member_ratio_per_seed"])
+    return f"{_x(_inf(v['member_ratio']))} ({per_seed})"

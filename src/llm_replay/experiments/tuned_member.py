@@ -18,7 +18,6 @@ neither reaches it, the seed counts as never.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,7 +28,6 @@ from llm_replay.experiments.analysis import (
     median_interval,
     median_or_none,
 )
-from llm_replay.experiments.suite_stats import ratio_text
 
 
 def pick_member(
@@ -94,15 +92,3 @@ def member_digest(tuned: Mapping[str, Any], method: str, basis: str) -> dict[str
         "member_ratio_ci95": entry["ratio_ci95"][basis],
         "member_ratio_per_seed": entry["ratio_per_seed"][basis],
     }
-
-
-def member_cell(v: Mapping[str, Any]) -> str:
-    """ "0.61× (0.55, 0.61, 0.9)": against the tuned member, median and per seed."""
-    if "member_ratio_per_seed" not in v:
-        return "—"
-    per_seed = ", ".join(
-        ratio_text(math.inf if x is None else x) for x in v["member_ratio_per_seed"]
-    )
-    return (
-        f"{ratio_text(math.inf if v['member_ratio'] is None else v['member_ratio'])} ({per_seed})"
-    )
