@@ -15,7 +15,7 @@ import math
 import statistics
 from typing import Any
 
-from llm_replay.experiments import envelope
+from llm_replay.experiments import envelope, resolution
 from llm_replay.experiments.noise_floor import noise_floor_markdown
 from llm_replay.experiments.suite_stats import (
     BASIS,
@@ -67,6 +67,8 @@ def suite_summary(
         }
         out["methods"][method] = {"tasks": rows, "across": across_tasks(rows)}
     envelope.add_to_suite(out, summaries)  # against tuned on-policy, where a sweep is declared
+    for method, worse in resolution.suite_resolution(out).items():
+        out["methods"][method]["across"]["vs_tuned"]["resolved_worse"] = worse
     return out
 
 
@@ -198,6 +200,7 @@ def suite_markdown(reading: dict[str, Any]) -> str:
                 f"{_num(r['pass'])}{' (below)' if r['pass_kept'] is False else ''} |"
             )
     lines += envelope.suite_lines(reading)
+    lines += resolution.suite_lines(reading)
     if reading.get("noise_floor"):
         lines += ["", noise_floor_markdown(reading["noise_floor"])]
     if reading.get("tail"):

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,8 +45,10 @@ from llm_replay.experiments.analysis import (
     _seed,
     median_interval,
     median_or_none,
-    on_grid,
 )
+from llm_replay.experiments.envelope_axis import AXIS, leaders_on_axis, segments_text
+from llm_replay.experiments.resolution import note_line as resolution_note
+from llm_replay.experiments.resolution import resolution_digest, resolution_reading
 from llm_replay.experiments.suite_stats import (
     BASIS,
     MEDIAN_RATIO_GOAL,
@@ -58,8 +59,6 @@ from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
 from llm_replay.experiments.tuned_member import member_digest, member_reading
 
-AXIS = "mu_5"
-GRID_POINTS = 80
 TARGETS = ("baseline_final", "best_member_final")
 
 
@@ -132,6 +131,7 @@ def envelope_reading(
         "targets": targets,
         "methods": methods,
         "tuned_member": member_reading(by_seed, levels["baseline_final"], runs, bases),
+        "resolution": resolution_reading(by_seed, levels["baseline_final"], runs, bases),
         "axis": leaders_on_axis({m: runs[m] for m in members}),
     }
 
@@ -173,75 +173,6 @@ def _method(
             "never_reached_seeds": {b: sum(v is None for v in reach[b]) for b in bases},
         }
     return out
-
-
-def median_curve(curves: Sequence[RunCurves], grid: np.ndarray, basis: str = AXIS) -> np.ndarray:
-    """Smoothed accuracy, median over seeds at each grid point, NaN where no more than half the
-    seeds reach (as `report._band` draws it)."""
-    values = on_grid(curves, "accuracy", basis, grid)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        median = np.nanmedian(values, axis=0)
-    median[2 * np.sum(~np.isnan(values), axis=0) <= len(curves)] = np.nan
-    return np.asarray(median)
-
-
-def axis_grid(runs: Mapping[str, Sequence[RunCurves]], basis: str = AXIS) -> np.ndarray:
-    end = max(float(c.compute(basis)[-1]) for cs in runs.values() for c in cs)
-    return np.linspace(end / GRID_POINTS, end, GRID_POINTS)
-
-
-def on_top(
-    members: Mapping[str, Sequence[RunCurves]], grid: np.ndarray
-) -> tuple[np.ndarray, list[str | None]]:
-    """The envelope (the highest member median) at each grid point and the member on top (None
-    where no member has a median)."""
-    names = list(members)
-    medians = np.vstack([median_curve(members[m], grid) for m in names])  # [members, grid]
-    covered = ~np.isnan(medians).all(axis=0)
-    filled = np.where(np.isnan(medians), -np.inf, medians)
-    top = np.argmax(filled, axis=0)  # the first of equals: the baseline first
-    envelope = np.where(covered, filled.max(axis=0), np.nan)
-    return envelope, [names[i] if ok else None for i, ok in zip(top, covered, strict=True)]
-
-
-def leaders_on_axis(members: Mapping[str, Sequence[RunCurves]]) -> dict[str, Any]:
-    """Along the μ = 5 axis: the grid, the envelope's accuracy and the member on top at each
-    point; the runs of points one member leads (`segments`: member, from, to); the share of the
-    points each member leads (`share`) and, in each quarter of the axis, the member that leads
-    most of its points (`quarters`; the first listed of equals): where each member is best."""
-    grid = axis_grid(members)
-    envelope, leader = on_top(members, grid)
-    segments: list[dict[str, Any]] = []
-    previous: str | None = None
-    for x, name in zip(grid, leader, strict=True):
-        if name is not None and name == previous:
-            segments[-1]["to"] = float(x)
-        elif name is not None:  # a new leader, or the first after points with none
-            segments.append({"member": name, "from": float(x), "to": float(x)})
-        previous = name
-    return {
-        "basis": AXIS,
-        "grid": [float(x) for x in grid],
-        "envelope_accuracy": [None if math.isnan(v) else float(v) for v in envelope],
-        "leader": leader,
-        "segments": segments,
-        "share": _shares(leader),
-        "quarters": [
-            _most(list(part)) for part in np.array_split(np.array(leader, dtype=object), 4)
-        ],
-    }
-
-
-def _shares(leaders: Sequence[str | None]) -> dict[str, float]:
-    known = [m for m in leaders if m is not None]
-    return {m: n / len(known) for m, n in Counter(known).most_common()}
-
-
-def _most(leaders: Sequence[str | None]) -> str | None:
-    counts = Counter(m for m in leaders if m is not None)
-    top = max(counts.values(), default=0)
-    return next((m for m in dict.fromkeys(leaders) if m is not None and counts[m] == top), None)
 
 
 def basis_of(reading: Mapping[str, Any]) -> str:
@@ -308,18 +239,8 @@ def note_lines(reading: Mapping[str, Any]) -> list[str]:
         f"On top along {AXIS} compute (medians over seeds; a tie goes to the first listed): "
         f"{segments_text(reading)}."
     )
-    return lines
-
-
-def segments_text(reading: Mapping[str, Any]) -> str:
-    """ "on_policy 55%, on_policy_lr2x 45%; by quarter: on_policy, on_policy_lr2x, …": the
-    share of the axis each member leads, and who leads most of each quarter of it."""
-    axis = reading["axis"]
-    if not axis.get("share"):
-        return "—"
-    shares = ", ".join(f"{m} {share:.0%}" for m, share in axis["share"].items())
-    quarters = ", ".join(m or "—" for m in axis["quarters"])
-    return f"{shares}; by quarter: {quarters}"
+    resolved = resolution_note(reading, basis)
+    return lines if resolved is None else [*lines, resolved]
 
 
 def task_digest(reading: Mapping[str, Any], basis: str) -> dict[str, Any]:
@@ -362,6 +283,7 @@ def method_digest(reading: Mapping[str, Any], method: str, basis: str) -> dict[s
         "harder_ratio_per_seed": harder["ratio_per_seed"][basis],
         "first_member": leaders_cell(reading, method),
         **member_digest(_tuned(reading), method, basis),
+        **resolution_digest(reading.get("resolution") or {}, method, basis),
     }
 
 

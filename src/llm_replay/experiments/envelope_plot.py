@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from llm_replay.experiments.analysis import RunCurves
-from llm_replay.experiments.envelope import axis_grid, median_curve, on_top, segments_text
+from llm_replay.experiments.envelope_axis import axis_grid, median_curve, on_top, segments_text
 
 LABEL_SHARE = 0.08  # a lead shorter than this share of the axis is shaded but not named
 
