@@ -9,7 +9,7 @@ VERL_VENV  := .venv-verl
 VERL_PY    := $(VERL_VENV)/bin/python
 VERL_STAMP := $(VERL_VENV)/.installed
 
-.PHONY: docs verl-env verl-test gpu-check install-test main-test heavy-test side-tests demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
+.PHONY: checks docs verl-env verl-test gpu-check install-test main-test heavy-test side-tests demo test lint bench bench-async bench-durable bench-quick experiment experiment-quick experiment-spell experiment-spell-quick format clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,18 +53,21 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check src tests benchmarks examples scripts
 	$(PY) -m mypy
 
-# both environments install side by side (pip mostly waits on disk); then the main suite runs
-# beside the install and verl suites (each test runs in one process, so two cores run two). The
-# main suite's progress streams; the side suites' output is shown whole when they end. The side
-# lane also runs the main suite's multi-process tests (Ray actors, two TRL processes: about four
+# both environments install side by side (pip mostly waits on disk), lint and the site build
+# running once the main one is in; then the main suite runs beside the install and verl suites
+# (each test runs in one process, so two cores run two). The main suite's progress streams; the
+# side suites' output is shown whole when they end. The side lane also runs the main suite's
+# tests that are processes of their own (Ray actors, two TRL processes, the examples: about five
 # minutes on a two-core machine), so the two lanes end at about the same time.
-HEAVY_TESTS := tests/runtime/test_ray.py tests/integrations/test_trl_multiprocess.py
+HEAVY_TESTS := tests/runtime/test_ray.py tests/integrations/test_trl_multiprocess.py tests/test_examples.py
 
 test:
-	$(MAKE) --no-print-directory -j2 $(STAMP) $(VERL_STAMP)
+	$(MAKE) --no-print-directory -j2 $(VERL_STAMP) checks
+	$(MAKE) --no-print-directory -j2 main-test side-tests
+
+checks: $(STAMP)
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory docs
-	$(MAKE) --no-print-directory -j2 main-test side-tests
 
 main-test: $(STAMP)
 	$(PY) -m pytest -q $(addprefix --ignore=,$(HEAVY_TESTS))

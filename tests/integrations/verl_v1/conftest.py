@@ -1,4 +1,5 @@
-"""A local Ray and a real TransferQueue for the verl sampler tests, started once per module."""
+"""A local Ray and a real TransferQueue for the verl sampler tests, started once for the suite
+(a Ray start is about twelve seconds on a two-core machine; each test clears the queue it uses)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def transfer_queue() -> Iterator[None]:
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
