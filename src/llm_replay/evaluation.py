@@ -9,11 +9,17 @@ pass@k = 1 − C(n−c, k)/C(n, k) per problem (Chen et al. 2021), averaged over
 samples at the training temperature; the mean token entropy of the policy is measured on those
 same samples. Evaluation draws from its own seeded RNG so evaluating more or less often never
 changes the training run.
+
+`eval/distinct` is the split's effective number of distinct problems (`distinct_problems`): a
+small generator space repeats prompts, greedy decoding answers a repeated prompt the same way
+each time, and the accuracy then moves as one over that many problems, not `eval/size` (on the
+suite's lcm, 500 rows are 48 prompts, 27 effective).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +38,15 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def distinct_problems(problems: Sequence[Problem]) -> float:
+    """(Σc)² / Σc² over each distinct prompt's count c: the number of equally weighted independent
+    problems whose mean varies as much as the accuracy over `problems` does."""
+    counts = np.array(list(Counter(p.prompt for p in problems).values()), dtype=np.float64)
+    if not counts.size:
+        raise ValueError("problems: empty; an evaluation needs at least one problem")
+    return float(counts.sum() ** 2 / (counts**2).sum())
 
 
 def evaluate(
@@ -56,7 +71,11 @@ def evaluate(
         texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
         rewards = scorer.score(texts, problems[start : start + batch_rollouts])
         correct.extend((rewards >= threshold).tolist())
-    metrics = {"eval/accuracy": float(np.mean(correct)), "eval/size": float(len(correct))}
+    metrics = {
+        "eval/accuracy": float(np.mean(correct)),
+        "eval/size": float(len(correct)),
+        "eval/distinct": distinct_problems(problems),
+    }
     metrics.update(accuracy_by_task(problems, correct))
     if pass_size:
         n = max(pass_k)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llm_replay.evaluation import distinct_problems
 from llm_replay.experiments.across_tasks import suite_markdown, suite_summary
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.envelope import envelope_reading, note_lines
@@ -18,6 +19,7 @@ from llm_replay.experiments.resolution import (
     reach_window,
     verdict,
 )
+from llm_replay.tasks import Problem
 
 PLATEAU = [0.35, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47]
 CLIMB = [0.30 + 0.02 * i for i in range(21)]  # 0.30 to 0.70, steadily
@@ -131,3 +133,29 @@ def test_a_suite_names_the_seeds_resolved_worse() -> None:
     assert row["verdict_per_seed"] == ["worse", "worse"]
     text = suite_markdown(reading)
     assert "| replay | steady | 0 / 0 / 2 |" in text
+
+
+def test_distinct_problems_counts_a_repeated_prompt_by_its_weight() -> None:
+    assert distinct_problems([Problem(p, "1") for p in "abcd"]) == pytest.approx(4.0)
+    assert distinct_problems([Problem(p, "1") for p in "aab"]) == pytest.approx(9 / 5)
+    with pytest.raises(ValueError, match="problems"):
+        distinct_problems([])
+
+
+def test_the_error_follows_the_distinct_problems_not_the_rows() -> None:
+    """500 rows of 27 effective problems (the suite's lcm) move as 27 problems do."""
+
+    def with_distinct(c: RunCurves, distinct: float) -> RunCurves:
+        records = tuple({**r, "eval/distinct": distinct} for r in c.records)
+        return RunCurves(c.run_dir, records, ())
+
+    rows = {"on_policy": [run("on_policy", 0, CLIMB, 100, 500)]}
+    assert envelope_reading(rows, baseline="on_policy", sweep=[])["resolution"][
+        "problems_per_seed"
+    ] == [500.0]
+    given = envelope_reading(rows, baseline="on_policy", sweep=[], distinct=27.0)["resolution"]
+    assert given["problems_per_seed"] == [27.0]
+    assert given["error_per_seed"][0] == pytest.approx(accuracy_error(0.68, 27.0))
+    logged = {"on_policy": [with_distinct(rows["on_policy"][0], 40.0)]}
+    own = envelope_reading(logged, baseline="on_policy", sweep=[], distinct=27.0)["resolution"]
+    assert own["problems_per_seed"] == [40.0]  # the log's own count wins

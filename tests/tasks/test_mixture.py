@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llm_replay.config import load_config
-from llm_replay.evaluation import accuracy_by_task
+from llm_replay.evaluation import accuracy_by_task, distinct_problems
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.task_builder import build_task
 from llm_replay.tasks import TASK_TAG, MixtureTask, Problem, TaskError, task_tag
@@ -116,6 +116,9 @@ def test_a_sync_run_of_the_preset_tags_rollouts_and_evaluates_each_member(tmp_pa
         keys = {f"eval/{m}/accuracy" for m in MEMBERS}
         assert keys <= set(record) and "eval/accuracy" in record
         assert record["eval/size"] == 16  # four of each member: the eval split is dealt in turn
+        prompts = [p.prompt for p in trainer.task.eval[:16]]
+        assert record["eval/distinct"] == pytest.approx(distinct_problems(trainer.task.eval[:16]))
+        assert 1.0 <= record["eval/distinct"] <= len(set(prompts))
         overall = np.mean([record[k] for k in keys])
         assert record["eval/accuracy"] == pytest.approx(overall)
         # pass@k and entropy per member on the pass subset (eval.pass_size=4: one problem each)

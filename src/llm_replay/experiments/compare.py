@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from llm_replay.config import ConfigError, load_config
 from llm_replay.config.parse import did_you_mean
 from llm_replay.experiments.analysis import RunCurves, compare_methods
@@ -264,6 +266,21 @@ def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) 
         raise ConfigError(f"archive: {error}") from None
 
 
+def split_distinct(experiment: Experiment, baseline: Sequence[RunCurves]) -> float | None:
+    """The eval split's effective number of distinct problems (`evaluation.distinct_problems`)
+    for logs that predate `eval/distinct`: the baseline's split rebuilt from its config, as its
+    runs built it (every method of an experiment evaluates on the same split). None where the
+    logs say it themselves."""
+    if any(np.isfinite(run.metric("eval/distinct")).any() for run in baseline):
+        return None
+    from llm_replay.evaluation import distinct_problems
+    from llm_replay.runtime.task_builder import build_task
+
+    method = experiment.method(experiment.baseline)
+    config = run_config(experiment, method, experiment.seeds_of(method)[0])
+    return distinct_problems(list(build_task(config, quiet=True).eval[: config.eval.size]))
+
+
 def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any]:
     """Compare what has finished; write `summary.json` and the plots to `dest` (default: the
     experiment's `out`)."""
@@ -299,6 +316,7 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
             baseline=experiment.baseline,
             sweep=experiment.baseline_sweep,
             bases=list(dict.fromkeys([*experiment.bases, "mu_5"])),
+            distinct=split_distinct(experiment, runs[experiment.baseline]),
         )
     members = members_reading(runs, experiment.baseline)  # a mixture: each member as a task
     if members is not None:

@@ -85,6 +85,7 @@ def envelope_reading(
     baseline: str,
     sweep: Sequence[str],
     bases: Sequence[str] = (AXIS,),
+    distinct: float | None = None,
 ) -> dict[str, Any]:
     """Every method of `runs` against the envelope of `sweep` (the baseline added), on each of
     `bases`, on both targets; which member reached each target first on each seed; and which
@@ -131,7 +132,7 @@ def envelope_reading(
         "targets": targets,
         "methods": methods,
         "tuned_member": member_reading(by_seed, levels["baseline_final"], runs, bases),
-        "resolution": resolution_reading(by_seed, levels["baseline_final"], runs, bases),
+        "resolution": resolution_reading(by_seed, levels["baseline_final"], runs, bases, distinct),
         "axis": leaders_on_axis({m: runs[m] for m in members}),
     }
 

@@ -8,7 +8,10 @@ limit what that says, and on a task whose target sits on a plateau they are all 
   evaluation before, so its compute is known to one evaluation interval;
 - **accuracy noise**: the smoothed accuracy is a mean of `SMOOTH` greedy evaluations of `n`
   problems, with binomial standard error δ = √(p(1 − p) / (n · SMOOTH)) at the target p. A run
-  that ends 0.1 points under the target on a plateau has not reached it, by chance alone.
+  that ends 0.1 points under the target on a plateau has not reached it, by chance alone. n is
+  the split's effective number of distinct problems (`eval/distinct`; where a log predates it,
+  the experiment's split rebuilt by `compare.summarise`), not its rows: greedy decoding answers
+  a repeated prompt the same way, and on the suite's lcm 500 rows are 27 effective problems.
 
 So each seed's ratio gets a bracket. The target is what the envelope reached: its crossing is
 known to its cadence, after the evaluation before its first at or above target (the least over
@@ -24,8 +27,8 @@ Then
   wherever in the interval each crossed), **better** when high < 1, and **unresolved**
   otherwise: its ratio, however far from 1, is within what these evaluations tell apart.
 
-A method that never credibly reaches the target (never at target − δ) is worse. A log without
-`eval/size` (older runs) gets δ = 0: only the cadence brackets its ratios. The bracket is
+A method that never credibly reaches the target (never at target − δ) is worse. A log with
+neither, and no split to rebuild, gets δ = 0: only the cadence brackets its ratios. The bracket is
 one standard error wide each way, not a confidence interval: "worse" is the claim it can back.
 In the summary an infinite bound is written as null.
 """
@@ -96,11 +99,14 @@ def resolution_reading(
     level: Mapping[int, float],
     runs: Mapping[str, Sequence[RunCurves]],
     bases: Sequence[str],
+    distinct: float | None = None,
 ) -> dict[str, Any]:
     """Every method's per-seed bracket and verdict against the envelope of `by_seed`'s members
-    on the target `level` (per seed), on each of `bases`."""
+    on the target `level` (per seed), on each of `bases`; `distinct`: the eval split's effective
+    number of problems where the logs do not say (`evaluation.distinct_problems`)."""
     first = next(iter(by_seed.values()))
-    error = {s: _error(level[s], _problems(first[s])) for s in level}
+    problems = {s: _problems(first[s], distinct) for s in level}
+    error = {s: _error(level[s], problems[s]) for s in level}
     envelope = {
         b: {s: envelope_window([r[s] for r in by_seed.values()], level[s], b) for s in level}
         for b in bases
@@ -123,15 +129,27 @@ def resolution_reading(
             "verdict_per_seed": verdicts,
             "worse_seeds": {b: verdicts[b].count("worse") for b in bases},
         }
-    return {"error_per_seed": [error[s] for s in sorted(level)], "methods": methods}
+    return {
+        "error_per_seed": [error[s] for s in sorted(level)],
+        "problems_per_seed": [problems[s] for s in sorted(level)],
+        "methods": methods,
+    }
 
 
-def _problems(run: RunCurves) -> float | None:
-    """Problems per evaluation (the fewest over the run's evaluations); None in logs without
-    `eval/size`, where only the cadence brackets a ratio."""
-    sizes = run.metric("eval/size")
-    sizes = sizes[np.isfinite(sizes)]
-    return float(sizes.min()) if sizes.size else None
+def _problems(run: RunCurves, distinct: float | None) -> float | None:
+    """Effective problems per evaluation: the run's own `eval/distinct`, else `distinct` (the
+    split's, from the experiment), else `eval/size` (rows; an overstatement where prompts
+    repeat), else None."""
+    for key in ("eval/distinct", None, "eval/size"):
+        if key is None:
+            if distinct is not None:
+                return distinct
+            continue
+        values = run.metric(key)
+        values = values[np.isfinite(values)]
+        if values.size:
+            return float(values.min())
+    return None
 
 
 def _error(level: float, problems: float | None) -> float:
