@@ -16,6 +16,7 @@ from llm_replay.experiments.envelope import envelope_reading, note_lines
 from llm_replay.experiments.resolution import (
     accuracy_error,
     bracket,
+    problems_sentence,
     reach_window,
     verdict,
 )
@@ -133,6 +134,19 @@ def test_a_suite_names_the_seeds_resolved_worse() -> None:
     assert row["verdict_per_seed"] == ["worse", "worse"]
     text = suite_markdown(reading)
     assert "| replay | steady | 0 / 0 / 2 |" in text
+    assert "Effective eval problems: steady 5000, plateau 5000." in text
+
+
+def test_a_task_with_few_effective_problems_is_named() -> None:
+    reading = {
+        "tasks": {
+            "gcd": {"envelope": {"eval_problems": [275.0, 275.0]}},
+            "lcm": {"envelope": {"eval_problems": [27.5, 27.5]}},
+            "old": {"envelope": {"eval_problems": None}},
+        }
+    }
+    text = problems_sentence(reading)
+    assert text.startswith("Effective eval problems: gcd 275, lcm 28 (lcm: under 100")
 
 
 def test_distinct_problems_counts_a_repeated_prompt_by_its_weight() -> None:

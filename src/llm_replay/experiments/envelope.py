@@ -261,6 +261,7 @@ def task_digest(reading: Mapping[str, Any], basis: str) -> dict[str, Any]:
         "first_to_best_final_per_seed": targets["best_member_final"]["leader_per_seed"][basis],
         "leads": {k: reading["axis"][k] for k in ("segments", "share", "quarters")},
         "tuned_member": _tuned(reading).get("member", {}).get(basis),
+        "eval_problems": (reading.get("resolution") or {}).get("problems_per_seed"),
     }
 
 

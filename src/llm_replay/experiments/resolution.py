@@ -44,6 +44,7 @@ import numpy as np
 from llm_replay.experiments.analysis import SMOOTH, RunCurves, _seed
 
 VERDICTS = ("better", "unresolved", "worse")
+FEW_PROBLEMS = 100  # under this many effective problems a smoothed accuracy moves by > 2.8 points
 
 
 def accuracy_error(level: float, problems: float) -> float:
@@ -245,9 +246,29 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
         "",
         "Each seed's ratio to the envelope bracketed by its evaluations' resolution (one "
         "evaluation interval, one standard error of the smoothed accuracy; "
-        "`experiments/resolution.py`): a seed is worse only when its bracket lies above 1×.",
+        "`experiments/resolution.py`): a seed is worse only when its bracket lies above 1×. "
+        + problems_sentence(reading),
         "",
         "| method | task | seeds better / unresolved / worse | bracket per seed |",
         "|---|---|---|---|",
         *rows,
     ]
+
+
+def problems_sentence(reading: Mapping[str, Any]) -> str:
+    """ "Effective eval problems: gcd 275, products 33 (few: ...)." from a suite's digests."""
+    counts = {
+        task: min(p for p in r["envelope"]["eval_problems"] if p is not None)
+        for task, r in reading["tasks"].items()
+        if any(p is not None for p in (r.get("envelope") or {}).get("eval_problems") or ())
+    }
+    if not counts:
+        return ""
+    few = [t for t, n in counts.items() if n < FEW_PROBLEMS]
+    text = "Effective eval problems: " + ", ".join(f"{t} {n:.0f}" for t, n in counts.items())
+    if few:
+        text += (
+            f" ({', '.join(few)}: under {FEW_PROBLEMS}, so one standard error of the smoothed "
+            "accuracy is several points and most of their seeds cannot be told apart)"
+        )
+    return text + "."
