@@ -57,9 +57,12 @@ lint: $(STAMP)
 # running once the main one is in; then the main suite runs beside the install and verl suites
 # (each test runs in one process, so two cores run two). The main suite's progress streams; the
 # side suites' output is shown whole when they end. The side lane also runs the main suite's
-# tests that are processes of their own (Ray actors, two TRL processes, the examples: about five
-# minutes on a two-core machine), so the two lanes end at about the same time.
-HEAVY_TESTS := tests/runtime/test_ray.py tests/integrations/test_trl_multiprocess.py tests/test_examples.py
+# tests that are processes of their own (Ray actors, two TRL processes, the TRL examples: about
+# five minutes on a two-core machine), so the two lanes end at about the same time.
+HEAVY_TESTS := tests/runtime/test_ray.py tests/integrations/test_trl_multiprocess.py \
+	tests/test_examples.py::test_trl_replay_example_runs_the_schedule \
+	tests/test_examples.py::test_trl_replay_example_runs_auto \
+	tests/test_examples.py::test_trl_online_dpo_example_replays_the_pairs_trl_judged
 
 test:
 	$(MAKE) --no-print-directory -j2 $(VERL_STAMP) checks
@@ -70,7 +73,7 @@ checks: $(STAMP)
 	$(MAKE) --no-print-directory docs
 
 main-test: $(STAMP)
-	$(PY) -m pytest -q $(addprefix --ignore=,$(HEAVY_TESTS))
+	$(PY) -m pytest -q $(addprefix --deselect=,$(HEAVY_TESTS))
 
 heavy-test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider $(HEAVY_TESTS)
