@@ -83,7 +83,10 @@ def bracket(method: tuple[float, float], envelope: tuple[float, float]) -> tuple
         low = 0.0
     else:
         low = earliest / env_latest if env_latest > 0 else math.inf
-    high = latest / env_earliest if env_earliest > 0 else math.inf
+    if env_earliest <= 0 or math.isinf(env_earliest) or math.isinf(latest):
+        high = math.inf
+    else:
+        high = latest / env_earliest
     return low, max(low, high)
 
 
@@ -141,16 +144,16 @@ def _problems(run: RunCurves, distinct: float | None) -> float | None:
     """Effective problems per evaluation: the run's own `eval/distinct`, else `distinct` (the
     split's, from the experiment), else `eval/size` (rows; an overstatement where prompts
     repeat), else None."""
-    for key in ("eval/distinct", None, "eval/size"):
-        if key is None:
-            if distinct is not None:
-                return distinct
-            continue
-        values = run.metric(key)
-        values = values[np.isfinite(values)]
-        if values.size:
-            return float(values.min())
-    return None
+    logged = _least(run, "eval/distinct")
+    if logged is not None:
+        return logged
+    return distinct if distinct is not None else _least(run, "eval/size")
+
+
+def _least(run: RunCurves, key: str) -> float | None:
+    values = run.metric(key)
+    values = values[np.isfinite(values)]
+    return float(values.min()) if values.size else None
 
 
 def _error(level: float, problems: float | None) -> float:
