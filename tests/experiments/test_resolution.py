@@ -21,6 +21,7 @@ from llm_replay.experiments.resolution import (
     verdict,
 )
 from llm_replay.tasks import Problem
+from tests.conftest import ROOT
 
 PLATEAU = [0.35, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47]
 CLIMB = [0.30 + 0.02 * i for i in range(21)]  # 0.30 to 0.70, steadily
@@ -173,3 +174,27 @@ def test_the_error_follows_the_distinct_problems_not_the_rows() -> None:
     logged = {"on_policy": [with_distinct(rows["on_policy"][0], 40.0)]}
     own = envelope_reading(logged, baseline="on_policy", sweep=[], distinct=27.0)["resolution"]
     assert own["problems_per_seed"] == [40.0]  # the log's own count wins
+
+
+def test_report_rebuilds_the_split_of_logs_that_predate_eval_distinct(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from llm_replay.experiments import compare
+    from llm_replay.runtime import task_builder
+    from llm_replay.tasks import TaskError
+
+    monkeypatch.chdir(ROOT)
+    experiment = compare.load_experiment("configs/experiment_chain_sum_sweep.yaml")
+    old = [run("on_policy", 0, CLIMB, 100, 500)]
+    assert compare.split_distinct(experiment, old) == pytest.approx(177.557, abs=0.01)
+    logged = [
+        RunCurves(old[0].run_dir, tuple({**r, "eval/distinct": 50.0} for r in old[0].records), ())
+    ]
+    assert compare.split_distinct(experiment, logged) is None  # the log says it
+
+    def unbuildable(*args: object, **kwargs: object) -> None:
+        raise TaskError("task.path = 'gone.jsonl': no such file")
+
+    monkeypatch.setattr(task_builder, "build_task", unbuildable)
+    assert compare.split_distinct(experiment, old) is None
+    assert "eval split not rebuilt" in caplog.text and "gone.jsonl" in caplog.text

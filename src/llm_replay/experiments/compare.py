@@ -270,15 +270,22 @@ def split_distinct(experiment: Experiment, baseline: Sequence[RunCurves]) -> flo
     """The eval split's effective number of distinct problems (`evaluation.distinct_problems`)
     for logs that predate `eval/distinct`: the baseline's split rebuilt from its config, as its
     runs built it (every method of an experiment evaluates on the same split). None where the
-    logs say it themselves."""
+    logs say it themselves, or where the split cannot be rebuilt here (said in the log: the
+    reading then takes the split's rows, `eval/size`)."""
     if any(np.isfinite(run.metric("eval/distinct")).any() for run in baseline):
         return None
     from llm_replay.evaluation import distinct_problems
     from llm_replay.runtime.task_builder import build_task
 
     method = experiment.method(experiment.baseline)
-    config = run_config(experiment, method, experiment.seeds_of(method)[0])
-    return distinct_problems(list(build_task(config, quiet=True).eval[: config.eval.size]))
+    try:
+        config = run_config(experiment, method, experiment.seeds_of(method)[0])
+        return distinct_problems(list(build_task(config, quiet=True).eval[: config.eval.size]))
+    except (ConfigError, ValueError, OSError) as error:
+        log.warning(
+            "%s: eval split not rebuilt (%s); resolution reads eval/size", method.name, error
+        )
+        return None
 
 
 def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any]:
