@@ -57,14 +57,11 @@ lint: $(STAMP)
 # running once the main one is in; then the main suite runs beside the install and verl suites
 # (each test runs in one process, so two cores run two). The main suite's progress streams; the
 # side suites' output is shown whole when they end. The side lane also runs the main suite's
-# tests that are processes of their own (Ray actors, two TRL processes, the TRL examples: about
-# five minutes on a two-core machine), so the two lanes end at about the same time. The side lane
+# tests that are processes of their own (Ray actors, two TRL processes: about four minutes on a
+# two-core machine), so the two lanes end at about the same time. The side lane
 # runs niced: its Ray and TRL tests start several processes at once, and at equal priority they
 # took most of both cores from the main suite (main lane 727 s beside them, 530 s alone).
-HEAVY_TESTS := tests/runtime/test_ray.py tests/integrations/test_trl_multiprocess.py \
-	tests/test_examples.py::test_trl_replay_example_runs_the_schedule \
-	tests/test_examples.py::test_trl_replay_example_runs_auto \
-	tests/test_examples.py::test_trl_online_dpo_example_replays_the_pairs_trl_judged
+HEAVY_TESTS := tests/runtime/test_ray.py tests/integrations/test_trl_multiprocess.py
 
 test:
 	$(MAKE) --no-print-directory -j2 $(VERL_STAMP) checks
