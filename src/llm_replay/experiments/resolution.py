@@ -211,20 +211,22 @@ def note_line(reading: Mapping[str, Any], basis: str) -> str | None:
 
 
 def suite_resolution(reading: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Per method, the seeds resolved worse than the envelope across a suite's tasks ("lcm/2")."""
+    """Per method read against a sweep, the seeds resolved worse than the envelope across a
+    suite's tasks ("lcm/2")."""
     out: dict[str, list[str]] = {}
     for method, entry in reading["methods"].items():
-        worse = [
-            f"{task}/{seed}"
-            for task, row in entry["tasks"].items()
-            if "verdict_per_seed" in row.get("vs_tuned", {})
-            for seed, v in zip(
-                row["vs_tuned"]["seed_ids"], row["vs_tuned"]["verdict_per_seed"], strict=True
-            )
-            if v == "worse"
+        read = [
+            (task, r["vs_tuned"])
+            for task, r in entry["tasks"].items()
+            if "verdict_per_seed" in r.get("vs_tuned", {})
         ]
-        if any("verdict_per_seed" in r.get("vs_tuned", {}) for r in entry["tasks"].values()):
-            out[method] = worse
+        if read:
+            out[method] = [
+                f"{task}/{seed}"
+                for task, v in read
+                for seed, call in zip(v["seed_ids"], v["verdict_per_seed"], strict=True)
+                if call == "worse"
+            ]
     return out
 
 
