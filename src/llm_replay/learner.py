@@ -11,7 +11,8 @@ on the tempered distribution without truncation, where both log-probs are finite
 Losses needing a proximal policy (decoupled PPO) get one forward pass of the pre-step weights.
 Optional: KL to a frozen reference model (k3 estimator), an entropy bonus, and a per-token
 control of the replayed rows (`algorithms/token_control.py`: Clip-Cov, KL-Cov, W-REINFORCE's
-weight on successes).
+weight on successes), and the replayed rows' gradient read against the fresh rows' own
+(`algorithms/gradient_alignment.py`, with `replay_gradient`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from llm_replay.algorithms.gradient_alignment import (
+    FRESH_A,
+    FRESH_B,
+    REPLAYED,
+    GradientSplit,
+    alignment_classes,
+)
 from llm_replay.algorithms.gradient_gate import HeadGradient
 from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.algorithms.losses import Loss, aggregate, build_loss, normalizer, policy_loss
@@ -51,6 +59,7 @@ class LearnerSettings:
     seed: int = 0
     head_gate: float = 0.0
     head_gate_warmup: int = 10
+    replay_gradient: bool = False
 
 
 LOGPROB_FLOOR = -1e4
@@ -124,11 +133,20 @@ class Learner:
                 "(get_output_embeddings() returned nothing)"
             )
 
-    def _micro_batches(self, sample: Sample) -> list[np.ndarray]:
+    def _micro_batches(self, sample: Sample, rows: np.ndarray | None = None) -> list[np.ndarray]:
+        """Micro-batches of `rows` (all rows when None), sorted by length."""
         lengths = sample.attention_mask.sum(1)
         order = np.argsort(lengths, kind="stable")
+        if rows is not None:
+            order = order[rows[order]]
         size = self.settings.micro_batch_size
         return [order[i : i + size] for i in range(0, len(order), size)]
+
+    def _classes(self, sample: Sample) -> np.ndarray | None:
+        """The rows' classes for the replay-gradient reading, or None: no reading this step."""
+        if not self.settings.replay_gradient:
+            return None
+        return alignment_classes(~reused_rows(sample), sample.group_ids)
 
     def _tensors(self, sample: Sample, rows: np.ndarray) -> dict[str, Any]:
         width = int(sample.attention_mask[rows].sum(1).max())
@@ -173,7 +191,15 @@ class Learner:
             )
         s = self.settings
         self.model.train()
-        chunks = [self._tensors(sample, rows) for rows in self._micro_batches(sample)]
+        classes = self._classes(sample)
+        if classes is None:
+            parts = [self._micro_batches(sample)]
+        else:  # the classes' micro-batches in turn, the gradient copied between them
+            parts = [
+                self._micro_batches(sample, classes == c) for c in (FRESH_A, FRESH_B, REPLAYED)
+            ]
+        marks = {int(n) - 1 for n in np.cumsum([len(p) for p in parts])[:-1]}
+        chunks = [self._tensors(sample, rows) for part in parts for rows in part]
         full_mask = torch.tensor(sample.loss_mask, dtype=torch.float32)  # may be read-only
         denominator = normalizer(s.aggregation, full_mask, s.sum_norm_length)
         proximal = None
@@ -187,10 +213,22 @@ class Learner:
         if s.control.chooses_at_random:  # a resumed run picks the tokens an unbroken one does
             generator = clip_cov_generator(s.seed, self.version)
         tokens = float(full_mask.sum())
+        split = None
+        if classes is not None:
+            split = GradientSplit([p for p in self.model.parameters() if p.requires_grad])
         with self.head_gradient:
             policy_sum = self._backward(
-                chunks, proximal, denominator, tokens, totals, covariance, generator
+                chunks, proximal, denominator, tokens, totals, covariance, generator, split, marks
             )
+        if split is not None and classes is not None:
+            per_row = sample.loss_mask.sum(1)
+            n_a, n_b, n_r = (
+                float(per_row[classes == c].sum()) for c in (FRESH_A, FRESH_B, REPLAYED)
+            )
+            if min(n_a, n_b, n_r) > 0:
+                replay, fresh = split.alignments((n_a, n_b, n_r))
+                totals["loss/replay_alignment"] = replay
+                totals["loss/fresh_alignment"] = fresh
         head_norm = self.head_gradient.norm()
         if self.gate.active and head_norm is None:
             raise RuntimeError(
@@ -235,9 +273,12 @@ class Learner:
         totals: dict[str, float],
         covariance: CovarianceSums,
         generator: Any,
+        split: GradientSplit | None = None,
+        marks: set[int] | frozenset[int] = frozenset(),
     ) -> float:
-        """Every micro-batch's loss, backward; the parts' token-weighted means into `totals`.
-        Returns the policy loss summed over the micro-batches."""
+        """Every micro-batch's loss, backward; the parts' token-weighted means into `totals`;
+        the gradient copied into `split` after each chunk index in `marks`. Returns the policy
+        loss summed over the micro-batches."""
         s = self.settings
         policy_sum = 0.0
         for i, c in enumerate(chunks):
@@ -277,6 +318,8 @@ class Learner:
                     (entropy.detach() * c["mask"]).sum() / c["mask"].sum().clamp(min=1)
                 )
             loss.backward()  # type: ignore[no-untyped-call]
+            if split is not None and i in marks:
+                split.mark()
             share = float(c["mask"].sum()) / max(tokens, 1.0)
             for key, value in parts.items():
                 if key.endswith("_max"):

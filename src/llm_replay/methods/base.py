@@ -460,6 +460,9 @@ class MethodOption(ABC, Generic[OptionT]):
     def set_policy_version(self, version: int) -> None:
         """The learner's version moved (ages stored rollouts)."""
 
+    def observe_step(self) -> None:
+        """A gradient step was taken; its statistics are in `context.signals.step`."""
+
     def metrics(self) -> dict[str, float]:
         return {}
 

@@ -128,9 +128,12 @@ class ReplayPipeline:
 
     def observe_step(self, sample: Sample, metrics: Mapping[str, float]) -> None:
         """After each gradient step: the signals record the learner's statistics, then the
-        method sees them (a method whose table lives elsewhere, "table" mode, is not called)."""
+        method and the options see them (a method whose table lives elsewhere, "table" mode, is
+        not called)."""
         self.signals.record_step(sample, metrics)
         self.method.observe_step(sample, metrics)
+        for option in self.options:
+            option.observe_step()
 
     def set_policy_version(self, version: int) -> None:
         self.signals.set_policy_version(version + self.version_offset)

@@ -128,6 +128,18 @@ def learner_settings(config: Config) -> LearnerSettings:
         seed=config.train.seed,
         head_gate=a.head_gate,
         head_gate_warmup=a.head_gate_warmup,
+        replay_gradient=reads_replay_gradient(config),
+    )
+
+
+def reads_replay_gradient(config: Config) -> bool:
+    """Whether an enabled option reads the replayed rows' gradient (`replay.anneal.guard`), which
+    the learner then measures."""
+    return any(
+        statistic == "replay_alignment"
+        for option in config.replay.options.values()
+        if option.enabled
+        for statistic, _, _ in option.learner_readings()
     )
 
 

@@ -30,8 +30,16 @@ Two modes:
   - *clip*: the clipped-token fraction is above `clip_max` (off by default; only clipped losses
     report it).
 
+In either mode, `guard` adds a test of whether replay is still ahead, on the evidence of the whole
+run: the learner reads each step's replayed rows' gradient against its fresh rows' own
+(`algorithms/gradient_alignment.py`), and once what a replayed token's gradient buys, as a share of
+what a fresh token's buys, is credibly below its cost share 1 / (1 + `guard_mu`) (its pooled
+estimate + `guard_z` standard errors below it, after `guard_min_steps` steps read), the scale is 0
+for the rest of the run: on-policy exactly, at the compute on-policy spends.
+
 `anneal/scale` and, per signal, how many rounds it pressed (`anneal/pressed_<signal>`) go into the
-log, so a run says which signal did the work. The output-layer gradient norm (DGG, arXiv
+log, so a run says which signal did the work; with the guard, `guard/value`, `guard/error`,
+`guard/steps` and `guard/off` (the round it fell back at, or -1). The output-layer gradient norm (DGG, arXiv
 2605.19425) is not among the signals: the learner reports the whole model's gradient norm only.
 """
 
@@ -44,6 +52,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.algorithms.gradient_alignment import ReplayValue
 from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
@@ -83,17 +92,32 @@ class AnnealConfig(OptionConfig):
     )
     m2_max: float = knob(0.04, "signals: log-ratio second moment on stale rows above this presses")
     clip_max: float | None = knob(None, "signals: clipped-token fraction above this presses")
+    guard: bool = knob(
+        False, "on-policy for the rest of the run once replay's gradient credibly stops paying"
+    )
+    guard_mu: float = knob(
+        5.0, "guard: a replayed token must buy 1 / (1 + guard_mu) of a fresh token's gain"
+    )
+    guard_z: float = knob(2.0, "guard: falls back when the value + guard_z std. errors is below")
+    guard_min_steps: int = knob(20, "guard: steps read before it may fall back")
 
     def learner_readings(self) -> list[tuple[str, str | None, object]]:
         """In `signals` mode: the drift reading (on by default) and the clip reading (where
         `clip_max` is set); the entropy reading is the fresh rounds' behaviour NLL, not the
-        learner's. The schedule reads none."""
-        if self.mode != "signals":
-            return []
-        readings: list[tuple[str, str | None, object]] = [("log_ratio_m2", None, self.m2_max)]
-        if self.clip_max is not None:
-            readings.append(("clip_fraction", "clip_max", self.clip_max))
+        learner's. With `guard`, in either mode: the replayed rows' gradient against the fresh
+        rows'."""
+        readings: list[tuple[str, str | None, object]] = []
+        if self.mode == "signals":
+            readings.append(("log_ratio_m2", None, self.m2_max))
+            if self.clip_max is not None:
+                readings.append(("clip_fraction", "clip_max", self.clip_max))
+        if self.guard:
+            readings.append(("replay_alignment", "guard", True))
         return readings
+
+    def guard_threshold(self) -> float:
+        """A replayed token's cost as a share of a fresh token's on the guard's cost basis."""
+        return 1.0 / (1.0 + self.guard_mu)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -110,6 +134,11 @@ class AnnealConfig(OptionConfig):
         positive("m2_max", self.m2_max)
         if self.clip_max is not None:
             positive("clip_max", self.clip_max)
+        if not isinstance(self.guard, bool):
+            raise MethodConfigError(f"guard = {self.guard!r}: expected true or false")
+        positive("guard_mu", self.guard_mu, zero_ok=True)
+        positive("guard_z", self.guard_z, zero_ok=True)
+        integer("guard_min_steps", self.guard_min_steps, minimum=3, error=MethodConfigError)
 
 
 def reward_gain(rewards: list[float]) -> float:
@@ -153,6 +182,8 @@ class Anneal(MethodOption[AnnealConfig]):
         self.entropy: float | None = None  # smoothed over rounds (half-life window / 2)
         self.pressed = dict.fromkeys(SIGNALS, 0)
         self.last = dict.fromkeys(SIGNALS, 0)
+        self.value = ReplayValue()
+        self.fell_back = -1  # the round the guard fell back to on-policy at
 
     @classmethod
     def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
@@ -176,10 +207,30 @@ class Anneal(MethodOption[AnnealConfig]):
             self._observe_round()
             if self._past_start(progress):
                 self._press()
-        if self.scale < OFF:
+        if self.settings.guard and self.fell_back < 0 and self._behind():
+            self.fell_back = self.context.signals.rounds
+        if self.scale < OFF or self.fell_back >= 0:
             self.scale = 0.0
         self.method.set_replay_scale(self.scale)
         return fresh
+
+    def observe_step(self) -> None:
+        """With the guard: the step's reading into the run's pooled value, while replaying (at
+        scale 0 the rows that are not fresh are the round's carried rows, not replay)."""
+        if not self.settings.guard or self.fell_back >= 0 or self.scale == 0.0:
+            return
+        step = self.context.signals.step
+        if "replay_alignment" in step and "fresh_alignment" in step:
+            self.value.add(step["replay_alignment"], step["fresh_alignment"])
+
+    def _behind(self) -> bool:
+        """The guard's test: replay's pooled value is credibly below its cost share."""
+        s = self.settings
+        estimate = self.value.estimate()
+        if estimate is None or self.value.steps < s.guard_min_steps:
+            return False
+        value, error = estimate
+        return value + s.guard_z * error < s.guard_threshold()
 
     def _past_start(self, progress: float | None) -> bool:
         if len(self.rewards) < self.settings.window:
@@ -234,6 +285,12 @@ class Anneal(MethodOption[AnnealConfig]):
                 out["anneal/entropy"] = self.entropy
             if len(self.rewards) >= 3:
                 out["anneal/reward_gain"] = reward_gain(list(self.rewards))
+        if self.settings.guard:
+            out["guard/steps"] = float(self.value.steps)
+            out["guard/off"] = float(self.fell_back)
+            estimate = self.value.estimate()
+            if estimate is not None:
+                out["guard/value"], out["guard/error"] = estimate
         return out
 
     def state(self) -> dict[str, Any]:
@@ -243,6 +300,8 @@ class Anneal(MethodOption[AnnealConfig]):
             "entropy": self.entropy,
             "pressed": self.pressed,
             "last": self.last,
+            "guard": self.value.state(),
+            "fell_back": self.fell_back,
         }
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -251,5 +310,8 @@ class Anneal(MethodOption[AnnealConfig]):
         self.entropy = None if state["entropy"] is None else float(state["entropy"])
         self.pressed = {k: int(state["pressed"][k]) for k in SIGNALS}
         self.last = {k: int(state["last"][k]) for k in SIGNALS}
+        if "guard" in state:  # absent before the guard (#53)
+            self.value.load_state(state["guard"])
+            self.fell_back = int(state["fell_back"])
         if self._method is not None:
             self._method.set_replay_scale(self.scale)
