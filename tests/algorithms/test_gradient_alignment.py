@@ -15,9 +15,9 @@ from llm_replay.algorithms.gradient_alignment import (
     FRESH_A,
     FRESH_B,
     REPLAYED,
-    ReplayValue,
     alignment_classes,
 )
+from llm_replay.algorithms.replay_value import ReplayValue
 from llm_replay.learner import Learner, LearnerSettings
 from llm_replay.models import load_policy
 from tests.test_learner import sample_for

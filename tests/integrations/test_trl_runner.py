@@ -85,6 +85,8 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
         trl_arguments(load_config("positive_fixed_set"), tmp_path)
     with pytest.raises(ConfigError, match=r"algorithm\.head_gate: not with backend 'trl'"):
         trl_arguments(load_config("auto_kl_cov_dgg"), tmp_path)
+    with pytest.raises(ValueError, match=r"replay_knobs\.anneal\.guard = True: it reads"):
+        trl_arguments(load_config("auto_guard"), tmp_path)  # TRL's loss cannot split its rows
     anneal = trl_arguments(load_config("positive_anneal"), tmp_path)
     assert anneal.replay.options["anneal"].enabled  # the replay options reach the TRL trainer
 

@@ -12,7 +12,7 @@ halves A and B, and E⟨g_A, g_B⟩ = ⟨E g_A, E g_B⟩ ∝ |∇J|². Per train
 is what a replayed token's gradient buys as a share of what a fresh token's buys (1: as much;
 0: nothing; below 0: it works against the fresh data). A fresh token costs μ + 1 on the μ cost
 basis (generated and trained), a replayed one 1 (trained), so replay pays for itself to first
-order while value ≥ 1 / (μ + 1). Each step's two inner products are noisy, so `ReplayValue`
+order while value ≥ 1 / (μ + 1). Each step's two inner products are noisy, so `replay_value.ReplayValue`
 pools them over the run (a ratio of sums) with the ratio estimator's standard error, and a run
 can act on the evidence it has rather than on a window of rounds.
 
@@ -24,9 +24,6 @@ are trained as usual and read nothing.
 """
 
 from __future__ import annotations
-
-import math
-from typing import Any
 
 import numpy as np
 import torch
@@ -87,38 +84,3 @@ class GradientSplit:
             replay_fresh * scale / (n_r * (n_a + n_b)),
             fresh_ab * scale / (n_a * n_b),
         )
-
-
-class ReplayValue:
-    """The run's pooled reading: value = Σ replay_t / Σ fresh_t over the steps read, and its
-    standard error by the ratio estimator's delta method (residuals replay_t − value·fresh_t)."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # Σr, Σf, Σr², Σf², Σrf
-
-    def add(self, replay: float, fresh: float) -> None:
-        if not (math.isfinite(replay) and math.isfinite(fresh)):
-            return
-        self.steps += 1
-        for i, v in enumerate((replay, fresh, replay * replay, fresh * fresh, replay * fresh)):
-            self.sums[i] += v
-
-    def estimate(self) -> tuple[float, float] | None:
-        """(value, its standard error), or None below three steps or while the fresh rows'
-        pooled agreement with themselves is not positive (no unit to read replay in)."""
-        n = self.steps
-        r, f, rr, ff, rf = self.sums
-        if n < 3 or f <= 0:
-            return None
-        value = r / f
-        residual_sq = rr - 2 * value * rf + value * value * ff
-        error = math.sqrt(max(residual_sq, 0.0) * n / (n - 1)) / f
-        return value, error
-
-    def state(self) -> dict[str, Any]:
-        return {"steps": self.steps, "sums": list(self.sums)}
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.steps = int(state["steps"])
-        self.sums = [float(v) for v in state["sums"]]

@@ -54,6 +54,12 @@ class MetricMap:
         return MetricMap({**self.names, **other.names}, {**self.first_of, **other.first_of})
 
 
+NOT_REPORTED = (
+    "it reads a statistic of the learner's step that this trainer does not report (the guard's "
+    "replay-gradient reading is taken by llm-replay's own learner only), so it would never act"
+)
+
+
 def unreported_readings(
     options: Mapping[str, Any] | None, reported: frozenset[str]
 ) -> tuple[dict[str, Any], list[str]]:

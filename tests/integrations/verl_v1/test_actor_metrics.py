@@ -233,6 +233,9 @@ def test_anneals_clip_max_with_a_loss_that_does_not_clip_is_refused_at_start(
     ):
         config = verl_config(*fine)
         assert missing_signals(config, replay_of(config)) == []
+    guard = verl_config(*method("llm_replay_grpo", *ANNEAL, f"+{SAMPLER}.anneal.guard=true"))
+    problems = missing_signals(guard, replay_of(guard))
+    assert len(problems) == 1 and "sampler_kwargs.anneal.guard = True" in problems[0]
     with caplog.at_level(logging.WARNING):
         config = verl_config(*method("vanilla", *ANNEAL))  # verl's loss: no log-ratio moment
         assert missing_signals(config, replay_of(config)) == []

@@ -22,7 +22,7 @@ from llm_replay.config import ADAPTIVE_REFUSED, ReplayConfig
 from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.config.recipes import RECIPES, Recipe
-from llm_replay.frontend.metric_map import unreported_readings
+from llm_replay.frontend.metric_map import NOT_REPORTED, unreported_readings
 from llm_replay.frontend.settings import as_mapping, recipe_over, resolve_method
 from llm_replay.frontend.token_control import control_from
 from llm_replay.integrations.trl.callbacks import TRL_REPORTS
@@ -126,7 +126,9 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
             )
         self.adaptive = self.adaptive_config()
         self.token_control = self.token_control_config()
-        _, silent = unreported_readings(self.replay.options, TRL_REPORTS)  # TRL reports clipping
+        refused, silent = unreported_readings(self.replay.options, TRL_REPORTS)
+        for knob, value in refused.items():
+            raise ValueError(f"replay_knobs.{knob} = {value!r}: {NOT_REPORTED}")
         if "anneal.log_ratio_m2" in silent:
             log.warning(
                 "replay_knobs.anneal: its m2 reading (m2_max) reads the log-ratio's second moment "

@@ -62,7 +62,7 @@ import torch
 
 from llm_replay.algorithms.losses import LossInputs, build_loss, loss_statistics
 from llm_replay.config import ReplayConfig
-from llm_replay.frontend.metric_map import MetricMap, unreported_readings
+from llm_replay.frontend.metric_map import NOT_REPORTED, MetricMap, unreported_readings
 from llm_replay.integrations.verl.plugin import LOSS_PREFIX, METRIC_PREFIX, REGISTERED
 from llm_replay.integrations.verl.settings import lookup
 from llm_replay.methods.signals import STEP_KEYS
@@ -166,6 +166,11 @@ def missing_signals(root: Any, replay: ReplayConfig) -> list[str]:
             "reports no clip fraction (it does not clip), so the reading would never press; use "
             f"a loss that clips ({', '.join(clipped)}) or leave clip_max unset"
         )
+    problems.extend(
+        f"sampler_kwargs.{knob} = {value!r}: {NOT_REPORTED}"
+        for knob, value in refused.items()
+        if knob != "anneal.clip_max"
+    )
     if "anneal.log_ratio_m2" in silent:
         log.warning(
             "llm-replay sampler: anneal's m2 reading (m2_max) reads the log-ratio's second "

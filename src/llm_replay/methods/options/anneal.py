@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.algorithms.gradient_alignment import ReplayValue
+from llm_replay.algorithms.replay_value import ReplayValue
 from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
