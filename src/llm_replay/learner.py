@@ -26,13 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from llm_replay.algorithms.gradient_alignment import (
-    FRESH_A,
-    FRESH_B,
-    REPLAYED,
-    GradientSplit,
-    alignment_classes,
-)
+from llm_replay.algorithms.gradient_alignment import GradientSplit, alignment_rows
 from llm_replay.algorithms.gradient_gate import HeadGradient
 from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.algorithms.losses import Loss, aggregate, build_loss, normalizer, policy_loss
@@ -142,11 +136,11 @@ class Learner:
         size = self.settings.micro_batch_size
         return [order[i : i + size] for i in range(0, len(order), size)]
 
-    def _classes(self, sample: Sample) -> np.ndarray | None:
-        """The rows' classes for the replay-gradient reading, or None: no reading this step."""
+    def _fresh_rows(self, sample: Sample) -> np.ndarray | None:
+        """The fresh rows for the replay-gradient reading, or None: no reading this step."""
         if not self.settings.replay_gradient:
             return None
-        return alignment_classes(~reused_rows(sample), sample.group_ids)
+        return alignment_rows(~reused_rows(sample))
 
     def _tensors(self, sample: Sample, rows: np.ndarray) -> dict[str, Any]:
         width = int(sample.attention_mask[rows].sum(1).max())
@@ -191,14 +185,12 @@ class Learner:
             )
         s = self.settings
         self.model.train()
-        classes = self._classes(sample)
-        if classes is None:
+        fresh = self._fresh_rows(sample)
+        if fresh is None:
             parts = [self._micro_batches(sample)]
-        else:  # the classes' micro-batches in turn, the gradient copied between them
-            parts = [
-                self._micro_batches(sample, classes == c) for c in (FRESH_A, FRESH_B, REPLAYED)
-            ]
-        marks = {int(n) - 1 for n in np.cumsum([len(p) for p in parts])[:-1]}
+        else:  # the fresh rows' micro-batches first, the gradient copied before the replayed
+            parts = [self._micro_batches(sample, fresh), self._micro_batches(sample, ~fresh)]
+        marks = {len(parts[0]) - 1} if fresh is not None else set()
         chunks = [self._tensors(sample, rows) for part in parts for rows in part]
         full_mask = torch.tensor(sample.loss_mask, dtype=torch.float32)  # may be read-only
         denominator = normalizer(s.aggregation, full_mask, s.sum_norm_length)
@@ -214,21 +206,15 @@ class Learner:
             generator = clip_cov_generator(s.seed, self.version)
         tokens = float(full_mask.sum())
         split = None
-        if classes is not None:
+        if fresh is not None:
             split = GradientSplit([p for p in self.model.parameters() if p.requires_grad])
         with self.head_gradient:
             policy_sum = self._backward(
                 chunks, proximal, denominator, tokens, totals, covariance, generator, split, marks
             )
-        if split is not None and classes is not None:
-            per_row = sample.loss_mask.sum(1)
-            n_a, n_b, n_r = (
-                float(per_row[classes == c].sum()) for c in (FRESH_A, FRESH_B, REPLAYED)
-            )
-            if min(n_a, n_b, n_r) > 0:
-                replay, fresh = split.alignments((n_a, n_b, n_r))
-                totals["loss/replay_alignment"] = replay
-                totals["loss/fresh_alignment"] = fresh
+        cosine = None if split is None else split.cosine()
+        if cosine is not None:
+            totals["loss/replay_cosine"] = cosine
         head_norm = self.head_gradient.norm()
         if self.gate.active and head_norm is None:
             raise RuntimeError(

@@ -9,36 +9,33 @@ import math
 from typing import Any
 
 
-class ReplayValue:
-    """The run's pooled reading: value = Σ replay_t / Σ fresh_t over the steps read, and its
-    standard error by the ratio estimator's delta method (residuals replay_t − value·fresh_t)."""
+class PooledMean:
+    """The mean of every value added over the run, and its standard error (s / √n)."""
 
     def __init__(self) -> None:
-        self.steps = 0
-        self.sums = [0.0, 0.0, 0.0, 0.0, 0.0]  # Σr, Σf, Σr², Σf², Σrf
+        self.count = 0
+        self.total = 0.0
+        self.squares = 0.0
 
-    def add(self, replay: float, fresh: float) -> None:
-        if not (math.isfinite(replay) and math.isfinite(fresh)):
-            return
-        self.steps += 1
-        for i, v in enumerate((replay, fresh, replay * replay, fresh * fresh, replay * fresh)):
-            self.sums[i] += v
+    def add(self, value: float) -> None:
+        if math.isfinite(value):
+            self.count += 1
+            self.total += value
+            self.squares += value * value
 
     def estimate(self) -> tuple[float, float] | None:
-        """(value, its standard error), or None below three steps or while the fresh rows'
-        pooled agreement with themselves is not positive (no unit to read replay in)."""
-        n = self.steps
-        r, f, rr, ff, rf = self.sums
-        if n < 3 or f <= 0:
+        """(mean, its standard error), or None below three values."""
+        n = self.count
+        if n < 3:
             return None
-        value = r / f
-        residual_sq = rr - 2 * value * rf + value * value * ff
-        error = math.sqrt(max(residual_sq, 0.0) * n / (n - 1)) / f
-        return value, error
+        mean = self.total / n
+        variance = max(self.squares - n * mean * mean, 0.0) / (n - 1)
+        return mean, math.sqrt(variance / n)
 
     def state(self) -> dict[str, Any]:
-        return {"steps": self.steps, "sums": list(self.sums)}
+        return {"count": self.count, "total": self.total, "squares": self.squares}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.steps = int(state["steps"])
-        self.sums = [float(v) for v in state["sums"]]
+        self.count = int(state["count"])
+        self.total = float(state["total"])
+        self.squares = float(state["squares"])

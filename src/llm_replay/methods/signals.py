@@ -27,9 +27,8 @@ behaviour KL under TRL) is absent. `log_ratio_m2` is M2PO's second moment of the
 ratio over every trained token; fresh rows add about nothing to it, so over the stale rows alone
 it is about `log_ratio_m2 / stale_fraction`. `cov_fresh` and `cov_replayed` are Cov(log π, A)
 over the fresh and the replayed rows' trained tokens (Clip-Cov, arXiv 2505.22617: entropy falls
-with it). `replay_alignment` and `fresh_alignment` are a step's inner products of the replayed
-rows' gradient with the fresh rows' and of two halves of the fresh rows' with each other, per
-token (`algorithms/gradient_alignment.py`; only when an option reads them). `sampled_nll` (the
+with it). `replay_cosine` is the cosine between a step's replayed rows' gradient and its fresh
+rows' (`algorithms/gradient_alignment.py`; only when an option reads it). `sampled_nll` (the
 trained tokens' mean negative log-probability under the current policy) and a round's `entropy`
 (the same under the behaviour policy) are one-sample estimates of the policy's entropy that cost nothing extra.
 
@@ -77,8 +76,7 @@ STEP_KEYS = {  # short name: the learner's metric
     "loss": "loss/policy",
     "cov_fresh": "loss/cov_fresh",
     "cov_replayed": "loss/cov_replayed",
-    "replay_alignment": "loss/replay_alignment",
-    "fresh_alignment": "loss/fresh_alignment",
+    "replay_cosine": "loss/replay_cosine",
 }
 
 LOGGED = (

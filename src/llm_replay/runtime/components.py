@@ -136,7 +136,7 @@ def reads_replay_gradient(config: Config) -> bool:
     """Whether an enabled option reads the replayed rows' gradient (`replay.anneal.guard`), which
     the learner then measures."""
     return any(
-        statistic == "replay_alignment"
+        statistic == "replay_cosine"
         for option in config.replay.options.values()
         if option.enabled
         for statistic, _, _ in option.learner_readings()

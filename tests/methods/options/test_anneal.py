@@ -250,14 +250,12 @@ def test_anneal_is_refused_by_name_on_methods_without_a_replay_scale_and_listed_
             load_config(None, [f"replay.method={name}", "replay.anneal.enabled=true"])
 
 
-def guarded_round(p: ReplayPipeline, round_: int, readings: list[tuple[float, float]]) -> int:
-    """A round whose steps report `readings` (replay, fresh), one per step while they last."""
+def guarded_round(p: ReplayPipeline, round_: int, cosines: list[float]) -> int:
+    """A round whose steps report `cosines` (the replay-gradient reading), one per step while
+    they last."""
     steps = 0
     for sample in p.batches(fresh_round(round_, 0.5)):
-        metrics = {}
-        if readings:
-            replay, fresh = readings.pop(0)
-            metrics = {"loss/replay_alignment": replay, "loss/fresh_alignment": fresh}
+        metrics = {"loss/replay_cosine": cosines.pop(0)} if cosines else {}
         p.observe_step(sample, metrics)
         steps += 1
     return steps
@@ -268,51 +266,55 @@ def guarded(**knobs) -> ReplayPipeline:  # type: ignore[no-untyped-def]
     return pipeline(progress=0.1, **settings)
 
 
-def test_the_guard_falls_back_for_good_once_replay_credibly_buys_less_than_its_cost() -> None:
-    """Replayed tokens worth −0.1 ± 0.05 of a fresh token's gain: credibly below 1/6 once the
-    minimum of steps is read; the scale is 0 from the next round on, and stays 0 when later
-    readings would say otherwise (they are no longer read)."""
+def test_the_guard_falls_back_for_good_once_replay_credibly_stops_helping() -> None:
+    """Cosines of −0.02 ± 0.01: credibly below 0 once the minimum of steps is read; the scale is
+    0 from the next round on, and stays 0 when later readings would say otherwise (they are no
+    longer read)."""
     p = guarded(guard_min_steps=4)
     rng = np.random.default_rng(0)
-    bad = [(-0.1 + 0.05 * rng.normal(), 1.0) for _ in range(12)]
+    against = list(-0.02 + 0.01 * rng.normal(size=12))
     round_ = 0
     while p.metrics()["guard/steps"] < 4:
         assert p.method.replay_scale == 1.0
-        guarded_round(p, round_, bad)
+        guarded_round(p, round_, against)
         round_ += 1
-    guarded_round(p, round_, bad)
+    guarded_round(p, round_, against)
     metrics = p.metrics()
     assert metrics["guard/off"] == round_ + 1  # signals count rounds from 1
     assert p.method.replay_scale == 0.0
-    assert metrics["guard/value"] + 2 * metrics["guard/error"] < 1 / 6
+    assert metrics["guard/value"] + 2 * metrics["guard/error"] <= 0
     steps = metrics["guard/steps"]
-    guarded_round(p, round_ + 1, [(1.0, 1.0)] * 4)
+    guarded_round(p, round_ + 1, [0.5] * 4)
     assert p.method.replay_scale == 0.0 and p.metrics()["guard/steps"] == steps
 
 
-def test_the_guard_leaves_replay_on_when_it_pays_or_when_the_reading_is_noise() -> None:
-    paying = guarded(guard_min_steps=4)
+def test_the_guard_leaves_replay_on_when_it_helps_or_when_the_reading_is_noise() -> None:
+    helping = guarded(guard_min_steps=4)
     noise = guarded(guard_min_steps=4)
     rng = np.random.default_rng(1)
     for round_ in range(8):
-        guarded_round(paying, round_, [(0.8, 1.0)] * 4)
-        guarded_round(noise, round_, [(rng.normal(), rng.normal() + 0.2) for _ in range(4)])
-    for p in (paying, noise):
+        guarded_round(helping, round_, list(0.05 + 0.01 * rng.normal(size=4)))
+        guarded_round(noise, round_, list(0.1 * rng.normal(size=4)))
+    for p in (helping, noise):
         assert p.metrics()["guard/off"] == -1 and p.method.replay_scale == 1.0
-    assert paying.metrics()["guard/value"] == pytest.approx(0.8)
+    assert helping.metrics()["guard/value"] == pytest.approx(0.05, abs=0.01)
+    strict = guarded(guard_min_steps=4, guard_min_cosine=0.1)  # a higher bar: helping is not enough
+    for round_ in range(8):
+        guarded_round(strict, round_, list(0.05 + 0.01 * rng.normal(size=4)))
+    assert strict.metrics()["guard/off"] >= 0
 
 
 def test_the_guard_asks_the_learner_for_its_reading_and_its_knobs_are_named() -> None:
     from llm_replay.config import load_config
     from llm_replay.runtime.components import learner_settings
 
-    assert ("replay_alignment", "guard", True) in AnnealConfig(guard=True).learner_readings()
+    assert ("replay_cosine", "guard", True) in AnnealConfig(guard=True).learner_readings()
     assert AnnealConfig(mode="schedule").learner_readings() == []
     assert not learner_settings(load_config("auto")).replay_gradient
-    assert learner_settings(load_config("auto", ["replay.anneal.guard=true"])).replay_gradient
+    assert learner_settings(load_config("auto_guard")).replay_gradient
     for knobs, name in [
         ({"guard": "yes"}, "guard"),
-        ({"guard_mu": -1.0}, "guard_mu"),
+        ({"guard_min_cosine": 1.0}, "guard_min_cosine"),
         ({"guard_z": -0.5}, "guard_z"),
         ({"guard_min_steps": 2}, "guard_min_steps"),
     ]:
@@ -323,7 +325,7 @@ def test_the_guard_asks_the_learner_for_its_reading_and_its_knobs_are_named() ->
 def test_the_guards_state_round_trips(tmp_path: Path) -> None:
     p = guarded(guard_min_steps=3)
     for round_ in range(3):
-        guarded_round(p, round_, [(-1.0, 1.0), (-1.2, 1.1)])
+        guarded_round(p, round_, [-0.3, -0.32])
     assert p.metrics()["guard/off"] >= 0
     p.save(tmp_path)
     q = guarded(guard_min_steps=3)

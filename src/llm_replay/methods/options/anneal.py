@@ -30,16 +30,17 @@ Two modes:
   - *clip*: the clipped-token fraction is above `clip_max` (off by default; only clipped losses
     report it).
 
-In either mode, `guard` adds a test of whether replay is still ahead, on the evidence of the whole
-run: the learner reads each step's replayed rows' gradient against its fresh rows' own
-(`algorithms/gradient_alignment.py`), and once what a replayed token's gradient buys, as a share of
-what a fresh token's buys, is credibly below its cost share 1 / (1 + `guard_mu`) (its pooled
-estimate + `guard_z` standard errors below it, after `guard_min_steps` steps read), the scale is 0
-for the rest of the run: on-policy exactly, at the compute on-policy spends.
+In either mode, `guard` adds a test of whether replay still helps, on the evidence of the whole
+run: the learner reads each step's cosine between the replayed rows' gradient and the fresh rows'
+(`algorithms/gradient_alignment.py`: to first order, whether replay's direction raises the
+on-policy objective), and once its mean over every step read is credibly at or below
+`guard_min_cosine` (mean + `guard_z` standard errors below it, after `guard_min_steps` steps), the
+scale is 0 for the rest of the run: on-policy exactly, at the compute on-policy spends.
 
 `anneal/scale` and, per signal, how many rounds it pressed (`anneal/pressed_<signal>`) go into the
 log, so a run says which signal did the work; with the guard, `guard/value`, `guard/error`,
-`guard/steps` and `guard/off` (the round it fell back at, or -1). The output-layer gradient norm (DGG, arXiv
+`guard/steps` and `guard/off` (the round it fell back at, or -1); `guard/value` is the pooled
+cosine. The output-layer gradient norm (DGG, arXiv
 2605.19425) is not among the signals: the learner reports the whole model's gradient norm only.
 """
 
@@ -52,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.algorithms.replay_value import ReplayValue
+from llm_replay.algorithms.replay_value import PooledMean
 from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
@@ -93,12 +94,12 @@ class AnnealConfig(OptionConfig):
     m2_max: float = knob(0.04, "signals: log-ratio second moment on stale rows above this presses")
     clip_max: float | None = knob(None, "signals: clipped-token fraction above this presses")
     guard: bool = knob(
-        False, "on-policy for the rest of the run once replay's gradient credibly stops paying"
+        False, "on-policy for the rest of the run once replay's gradient credibly stops helping"
     )
-    guard_mu: float = knob(
-        5.0, "guard: a replayed token must buy 1 / (1 + guard_mu) of a fresh token's gain"
+    guard_min_cosine: float = knob(
+        0.0, "guard: replay's gradient must point with the fresh rows' by more than this cosine"
     )
-    guard_z: float = knob(2.0, "guard: falls back when the value + guard_z std. errors is below")
+    guard_z: float = knob(2.0, "guard: falls back when the mean + guard_z std. errors is below")
     guard_min_steps: int = knob(20, "guard: steps read before it may fall back")
 
     def learner_readings(self) -> list[tuple[str, str | None, object]]:
@@ -112,12 +113,8 @@ class AnnealConfig(OptionConfig):
             if self.clip_max is not None:
                 readings.append(("clip_fraction", "clip_max", self.clip_max))
         if self.guard:
-            readings.append(("replay_alignment", "guard", True))
+            readings.append(("replay_cosine", "guard", True))
         return readings
-
-    def guard_threshold(self) -> float:
-        """A replayed token's cost as a share of a fresh token's on the guard's cost basis."""
-        return 1.0 / (1.0 + self.guard_mu)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -136,7 +133,10 @@ class AnnealConfig(OptionConfig):
             positive("clip_max", self.clip_max)
         if not isinstance(self.guard, bool):
             raise MethodConfigError(f"guard = {self.guard!r}: expected true or false")
-        positive("guard_mu", self.guard_mu, zero_ok=True)
+        if not (isinstance(self.guard_min_cosine, int | float) and -1 <= self.guard_min_cosine < 1):
+            raise MethodConfigError(
+                f"guard_min_cosine = {self.guard_min_cosine!r}: must be in [-1, 1)"
+            )
         positive("guard_z", self.guard_z, zero_ok=True)
         integer("guard_min_steps", self.guard_min_steps, minimum=3, error=MethodConfigError)
 
@@ -182,7 +182,7 @@ class Anneal(MethodOption[AnnealConfig]):
         self.entropy: float | None = None  # smoothed over rounds (half-life window / 2)
         self.pressed = dict.fromkeys(SIGNALS, 0)
         self.last = dict.fromkeys(SIGNALS, 0)
-        self.value = ReplayValue()
+        self.value = PooledMean()
         self.fell_back = -1  # the round the guard fell back to on-policy at
 
     @classmethod
@@ -219,18 +219,18 @@ class Anneal(MethodOption[AnnealConfig]):
         scale 0 the rows that are not fresh are the round's carried rows, not replay)."""
         if not self.settings.guard or self.fell_back >= 0 or self.scale == 0.0:
             return
-        step = self.context.signals.step
-        if "replay_alignment" in step and "fresh_alignment" in step:
-            self.value.add(step["replay_alignment"], step["fresh_alignment"])
+        cosine = self.context.signals.step.get("replay_cosine")
+        if cosine is not None:
+            self.value.add(cosine)
 
     def _behind(self) -> bool:
-        """The guard's test: replay's pooled value is credibly below its cost share."""
+        """The guard's test: the pooled cosine is credibly at or below `guard_min_cosine`."""
         s = self.settings
         estimate = self.value.estimate()
-        if estimate is None or self.value.steps < s.guard_min_steps:
+        if estimate is None or self.value.count < s.guard_min_steps:
             return False
-        value, error = estimate
-        return value + s.guard_z * error < s.guard_threshold()
+        mean, error = estimate
+        return mean + s.guard_z * error <= s.guard_min_cosine
 
     def _past_start(self, progress: float | None) -> bool:
         if len(self.rewards) < self.settings.window:
@@ -286,7 +286,7 @@ class Anneal(MethodOption[AnnealConfig]):
             if len(self.rewards) >= 3:
                 out["anneal/reward_gain"] = reward_gain(list(self.rewards))
         if self.settings.guard:
-            out["guard/steps"] = float(self.value.steps)
+            out["guard/steps"] = float(self.value.count)
             out["guard/off"] = float(self.fell_back)
             estimate = self.value.estimate()
             if estimate is not None:
