@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.experiments.guard_reading import guard_columns
 from llm_replay.metrics.compute import cost_on_basis
 from llm_replay.metrics.logging import read_log
 
@@ -271,6 +272,7 @@ def compare_methods(
             "tail_slope_mu_5": median_or_none([c.tail_slope("mu_5") for c in curves]),
             "worst_margin_mu_5": worst_margin(curves, runs[baseline], "mu_5"),
             **_reward_model_columns(curves),
+            **guard_columns([c.train_records for c in curves]),
             "saturation_mu_5": _saturation([c.saturation("mu_5") for c in curves]),
             "compute_to_target": {b: median_or_none(reach[b]) for b in bases},
             "compute_to_target_ratio": ratio,

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from llm_replay.experiments import envelope as tuned
+from llm_replay.experiments.guard_reading import guard_lines
 from llm_replay.terminal import console
 
 
@@ -208,6 +209,9 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += reward_model_lines(summary)
+    guard = guard_lines(summary)
+    if guard:
+        lines += ["", *guard]
     note = plateau_note(summary)
     if note is not None:
         lines.append(f"\n{note}")

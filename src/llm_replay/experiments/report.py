@@ -274,6 +274,7 @@ DYNAMICS = (
     ("replay/auto_ratio", "replay ratio y chosen by `compute_optimal`"),
     ("anneal/scale", "replay scale s of `replay.anneal` (1 = as configured, 0 = on-policy)"),
 )
+GUARD = ("guard/value", "the guard's pooled cos(replay's gradient, the fresh rows')")
 
 
 Series = Callable[[dict[str, Any]], float | None]
@@ -303,9 +304,11 @@ def plot_replay_dynamics(
     name: str, runs: dict[str, list[RunCurves]], styles: dict[str, dict[str, Any]], path: Path
 ) -> Path:
     """Per method over the run: how old the trained rollouts were, how many were reused, the y
-    that `auto` chose and the replay controller's scale (median over seeds of each iteration's
-    value; rolling mean of 10)."""
+    that `auto` chose, the replay controller's scale and, where a run logs it, the guard's pooled
+    cosine (median over seeds of each iteration's value; rolling mean of 10)."""
     panels: list[Panel] = [(_key(key), label, None) for key, label in DYNAMICS]
+    if any(GUARD[0] in r for curves in runs.values() for r in curves[0].train_records):
+        panels.append((_key(GUARD[0]), GUARD[1], 0.0))
     title = f"{name}: replay over the run (median over seeds, rolling mean of 10 iterations)"
     return _iteration_panels(runs, styles, path, panels, title)
 
