@@ -26,7 +26,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from llm_replay.algorithms.gradient_alignment import GradientSplit, alignment_rows
+from llm_replay.algorithms.gradient_alignment import (
+    FRESH,
+    MIXED,
+    REPLAYED,
+    GradientSplit,
+    alignment_classes,
+)
 from llm_replay.algorithms.gradient_gate import HeadGradient
 from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.algorithms.losses import Loss, aggregate, build_loss, normalizer, policy_loss
@@ -136,11 +142,11 @@ class Learner:
         size = self.settings.micro_batch_size
         return [order[i : i + size] for i in range(0, len(order), size)]
 
-    def _fresh_rows(self, sample: Sample) -> np.ndarray | None:
-        """The fresh rows for the replay-gradient reading, or None: no reading this step."""
+    def _classes(self, sample: Sample) -> np.ndarray | None:
+        """The rows' classes for the replay-gradient reading, or None: no reading this step."""
         if not self.settings.replay_gradient:
             return None
-        return alignment_rows(~reused_rows(sample))
+        return alignment_classes(~reused_rows(sample), sample.group_ids)
 
     def _tensors(self, sample: Sample, rows: np.ndarray) -> dict[str, Any]:
         width = int(sample.attention_mask[rows].sum(1).max())
@@ -185,12 +191,13 @@ class Learner:
             )
         s = self.settings
         self.model.train()
-        fresh = self._fresh_rows(sample)
-        if fresh is None:
+        classes = self._classes(sample)
+        if classes is None:
             parts = [self._micro_batches(sample)]
-        else:  # the fresh rows' micro-batches first, the gradient copied before the replayed
-            parts = [self._micro_batches(sample, fresh), self._micro_batches(sample, ~fresh)]
-        marks = {len(parts[0]) - 1} if fresh is not None else set()
+            marks: set[int] = set()
+        else:  # class by class, the gradient copied after the fresh and the replayed rows
+            parts = [self._micro_batches(sample, classes == c) for c in (FRESH, REPLAYED, MIXED)]
+            marks = {len(parts[0]) - 1, len(parts[0]) + len(parts[1]) - 1}
         chunks = [self._tensors(sample, rows) for part in parts for rows in part]
         full_mask = torch.tensor(sample.loss_mask, dtype=torch.float32)  # may be read-only
         denominator = normalizer(s.aggregation, full_mask, s.sum_norm_length)
@@ -206,7 +213,7 @@ class Learner:
             generator = clip_cov_generator(s.seed, self.version)
         tokens = float(full_mask.sum())
         split = None
-        if fresh is not None:
+        if classes is not None:
             split = GradientSplit([p for p in self.model.parameters() if p.requires_grad])
         with self.head_gradient:
             policy_sum = self._backward(
@@ -267,8 +274,22 @@ class Learner:
         loss summed over the micro-batches."""
         s = self.settings
         policy_sum = 0.0
+        forwards: list[TokenLogprobs] | None = None
+        anchor = None
+        if split is not None:  # the token controls choose on the whole batch, as unsplit
+            forwards = [self._logprobs(self.model, c, entropy=s.entropy_coef > 0) for c in chunks]
+            if s.control.active:
+                anchor = s.control.anchor(
+                    [f.sampled for f in forwards],
+                    [c["advantages"] for c in chunks],
+                    [c["mask"] for c in chunks],
+                    [c["reused"] for c in chunks],
+                )
         for i, c in enumerate(chunks):
-            current = self._logprobs(self.model, c, entropy=s.entropy_coef > 0)
+            if forwards is None:
+                current = self._logprobs(self.model, c, entropy=s.entropy_coef > 0)
+            else:
+                current = forwards[i]
             logprobs, entropy = current.sampled, current.entropy
             loss, parts = policy_loss(
                 s.loss,
@@ -284,6 +305,7 @@ class Learner:
                 control=s.control,
                 control_rows=c["reused"],
                 generator=generator,
+                control_anchor=anchor,
             )
             policy_sum += float(loss.detach())
             covariance.add(logprobs.detach(), c["advantages"], c["mask"], c["reused"])

@@ -380,6 +380,13 @@ class Config:
             self._check_mixture()
         if self.preference.enabled:
             self._check_preference()
+        guard = dict(self.replay.enabled_options()).get("anneal")
+        if getattr(guard, "guard", False) and self.algorithm.token_control == "clip_cov":
+            raise ConfigError(
+                "replay.anneal.guard = true: not with algorithm.token_control = 'clip_cov' (the "
+                "guard trains a batch in pieces, and Clip-Cov's random pick would differ from "
+                "the unsplit batch's; KL-Cov's choice is anchored on the whole batch)"
+            )
         adaptive_refusal = ADAPTIVE_REFUSED.get(self.replay.method)
         if self.generation.adaptive.enabled and adaptive_refusal:
             raise ConfigError(

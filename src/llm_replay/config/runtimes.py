@@ -82,6 +82,13 @@ class Threaded(Runtime):
                 f"algorithm.head_gate = {config.algorithm.head_gate!r}: not supported by "
                 f"runtime={self.name} (its checkpoints do not carry the gate yet)"
             )
+        anneal = config.replay.options.get("anneal")
+        if anneal is not None and anneal.enabled and getattr(anneal, "guard", False):
+            yield (
+                f"replay.anneal.guard = true: not supported by runtime={self.name} (its workers "
+                "generate ahead of the learner, so a step has no rows of the weights it trains "
+                "and the guard would never read anything); use runtime=sync"
+            )
         mode = async_mode(method, bool(config.replay.enabled_options()))
         if config.replay.init_from is not None and mode == "table":
             yield (

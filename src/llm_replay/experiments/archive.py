@@ -66,6 +66,7 @@ TRAIN_KEYS = (
     "guard/value",
     "guard/error",
     "guard/off",
+    "guard/readings",
     "loss/replay_cosine",
     "bandit/p_replay",
     "bandit/arm",

@@ -267,14 +267,14 @@ def guarded(**knobs) -> ReplayPipeline:  # type: ignore[no-untyped-def]
 
 
 def test_the_guard_falls_back_for_good_once_replay_credibly_stops_helping() -> None:
-    """Cosines of −0.02 ± 0.01: credibly below 0 once the minimum of steps is read; the scale is
-    0 from the next round on, and stays 0 when later readings would say otherwise (they are no
-    longer read)."""
-    p = guarded(guard_min_steps=4)
+    """Cosines of −0.02 ± 0.01: credibly below 0 once the minimum of readings is pooled; the
+    scale is 0 from the next round on, and stays 0 when later readings would say otherwise (they
+    are no longer read)."""
+    p = guarded(guard_min_readings=30)
     rng = np.random.default_rng(0)
-    against = list(-0.02 + 0.01 * rng.normal(size=12))
+    against = list(-0.02 + 0.01 * rng.normal(size=60))
     round_ = 0
-    while p.metrics()["guard/steps"] < 4:
+    while p.metrics()["guard/readings"] < 30:
         assert p.method.replay_scale == 1.0
         guarded_round(p, round_, against)
         round_ += 1
@@ -283,29 +283,33 @@ def test_the_guard_falls_back_for_good_once_replay_credibly_stops_helping() -> N
     assert metrics["guard/off"] == round_ + 1  # signals count rounds from 1
     assert p.method.replay_scale == 0.0
     assert metrics["guard/value"] + 2 * metrics["guard/error"] <= 0
-    steps = metrics["guard/steps"]
-    guarded_round(p, round_ + 1, [0.5] * 4)
-    assert p.method.replay_scale == 0.0 and p.metrics()["guard/steps"] == steps
+    readings = metrics["guard/readings"]
+    guarded_round(p, round_ + 1, [0.5] * 6)
+    assert p.method.replay_scale == 0.0 and p.metrics()["guard/readings"] == readings
 
 
-def test_the_guard_leaves_replay_on_when_it_helps_or_when_the_reading_is_noise() -> None:
-    helping = guarded(guard_min_steps=4)
-    noise = guarded(guard_min_steps=4)
+def test_the_guard_leaves_replay_on_when_it_helps_even_through_noisy_readings() -> None:
+    helping, noise, strict = guarded(), guarded(), guarded(guard_min_cosine=0.1)
     rng = np.random.default_rng(1)
-    for round_ in range(8):
-        guarded_round(helping, round_, list(0.05 + 0.01 * rng.normal(size=4)))
-        guarded_round(noise, round_, list(0.1 * rng.normal(size=4)))
+    for round_ in range(10):
+        guarded_round(helping, round_, list(0.05 + 0.01 * rng.normal(size=6)))
+        guarded_round(noise, round_, list(0.05 + 0.3 * rng.normal(size=6)))
+        guarded_round(strict, round_, list(0.05 + 0.01 * rng.normal(size=6)))
     for p in (helping, noise):
         assert p.metrics()["guard/off"] == -1 and p.method.replay_scale == 1.0
     assert helping.metrics()["guard/value"] == pytest.approx(0.05, abs=0.01)
-    strict = guarded(guard_min_steps=4, guard_min_cosine=0.1)  # a higher bar: helping is not enough
-    for round_ in range(8):
-        guarded_round(strict, round_, list(0.05 + 0.01 * rng.normal(size=4)))
-    assert strict.metrics()["guard/off"] >= 0
+    assert strict.metrics()["guard/off"] >= 0  # a higher bar: helping is not enough
+
+
+def test_a_step_the_head_gate_refused_is_not_pooled() -> None:
+    p = guarded()
+    for sample in p.batches(fresh_round(0, 0.5)):
+        p.observe_step(sample, {"loss/replay_cosine": -1.0, "loss/gated": 1.0})
+    assert p.metrics()["guard/readings"] == 0
 
 
 def test_the_guard_asks_the_learner_for_its_reading_and_its_knobs_are_named() -> None:
-    from llm_replay.config import load_config
+    from llm_replay.config import ConfigError, load_config
     from llm_replay.runtime.components import learner_settings
 
     assert ("replay_cosine", "guard", True) in AnnealConfig(guard=True).learner_readings()
@@ -316,18 +320,27 @@ def test_the_guard_asks_the_learner_for_its_reading_and_its_knobs_are_named() ->
         ({"guard": "yes"}, "guard"),
         ({"guard_min_cosine": 1.0}, "guard_min_cosine"),
         ({"guard_z": -0.5}, "guard_z"),
-        ({"guard_min_steps": 2}, "guard_min_steps"),
+        ({"guard_min_readings": 20}, "guard_min_readings"),
     ]:
         with pytest.raises(MethodConfigError, match=name):
             AnnealConfig(enabled=True, **knobs).check()
+    with pytest.raises(MethodConfigError, match=r"guard = true: .*set enabled = true"):
+        AnnealConfig(guard=True).check()
+    with pytest.raises(ConfigError, match=r"guard = true: not with algorithm.token_control"):
+        load_config("auto_guard", ["algorithm.token_control=clip_cov"])
+    for runtime in ("threaded", "ray"):
+        with pytest.raises(
+            ConfigError, match=f"replay.anneal.guard = true: not supported by runtime={runtime}"
+        ):
+            load_config("auto_guard", [f"runtime={runtime}"])
 
 
 def test_the_guards_state_round_trips(tmp_path: Path) -> None:
-    p = guarded(guard_min_steps=3)
-    for round_ in range(3):
-        guarded_round(p, round_, [-0.3, -0.32])
+    p = guarded()
+    for round_ in range(6):
+        guarded_round(p, round_, [-0.3, -0.32, -0.31, -0.3, -0.29, -0.3])
     assert p.metrics()["guard/off"] >= 0
     p.save(tmp_path)
-    q = guarded(guard_min_steps=3)
+    q = guarded()
     q.load(tmp_path)
     assert q.metrics() == p.metrics() and q.method.replay_scale == 0.0

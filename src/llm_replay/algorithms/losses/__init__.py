@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from llm_replay.algorithms.token_control import TokenControl
+    from llm_replay.algorithms.token_control import BatchAnchor, TokenControl
 
 from llm_replay.algorithms.losses.aggregation import AGGREGATIONS, aggregate, normalizer
 from llm_replay.algorithms.losses.base import (
@@ -80,6 +80,7 @@ def policy_loss(
     control: TokenControl | None = None,
     control_rows: Tensor | None = None,
     generator: Any = None,
+    control_anchor: BatchAnchor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """The scalar loss and its metrics (means over completion tokens).
 
@@ -89,7 +90,9 @@ def policy_loss(
     built with the loss's default knobs. `control` treats chosen tokens on top of the loss
     (`llm_replay.algorithms.token_control`: Clip-Cov, KL-Cov, a weight on replayed successes);
     control_rows [B] bool are the rows its `rows: replayed` means (default: `replayed`; the
-    learner passes every reused row); `generator` seeds Clip-Cov's random pick.
+    learner passes every reused row); `generator` seeds Clip-Cov's random pick;
+    `control_anchor` centres and cuts its choice on a larger batch than these rows
+    (`token_control.BatchAnchor`).
     """
     if isinstance(loss, str):
         loss = build_loss(loss)
@@ -103,7 +106,7 @@ def policy_loss(
         rows = control_rows if control_rows is not None else replayed
         if rows is None:
             rows = advantages.new_zeros(len(advantages)).bool()
-        treated = control.select(logprobs, advantages, mask, rows, generator)
+        treated = control.select(logprobs, advantages, mask, rows, generator, control_anchor)
         per_token = control.apply(per_token, inputs.log_ratio, advantages, treated, rows)
     if weights is not None:
         per_token = per_token * weights[:, None]

@@ -31,15 +31,17 @@ Two modes:
     report it).
 
 In either mode, `guard` adds a test of whether replay still helps, on the evidence of the whole
-run: the learner reads each step's cosine between the replayed rows' gradient and the fresh rows'
-(`algorithms/gradient_alignment.py`: to first order, whether replay's direction raises the
-on-policy objective), and once its mean over every step read is credibly at or below
-`guard_min_cosine` (mean + `guard_z` standard errors below it, after `guard_min_steps` steps), the
-scale is 0 for the rest of the run: on-policy exactly, at the compute on-policy spends.
+run: the learner reads the cosine between the replayed rows' gradient and the fresh rows' on each
+step that holds both (`algorithms/gradient_alignment.py`: to first order, whether replay's
+direction raises the on-policy objective; in the sync loop a round's first step), and once their
+mean over the run is credibly at or below `guard_min_cosine` (mean + `guard_z` batch-means
+standard errors at or below it, after `guard_min_readings` readings), the scale is 0 for the rest
+of the run: on-policy exactly, at the compute on-policy spends. The guard needs `enabled` (it
+acts through the scale) and our learner (TRL, verl and the asynchronous runtimes refuse it).
 
 `anneal/scale` and, per signal, how many rounds it pressed (`anneal/pressed_<signal>`) go into the
 log, so a run says which signal did the work; with the guard, `guard/value`, `guard/error`,
-`guard/steps` and `guard/off` (the round it fell back at, or -1); `guard/value` is the pooled
+`guard/readings` and `guard/off` (the round it fell back at, or -1); `guard/value` is the pooled
 cosine. The output-layer gradient norm (DGG, arXiv
 2605.19425) is not among the signals: the learner reports the whole model's gradient norm only.
 """
@@ -53,7 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.algorithms.replay_value import PooledMean
+from llm_replay.algorithms.replay_value import BLOCK, MIN_BLOCKS, PooledMean
 from llm_replay.checks import integer
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.methods.base import (
@@ -100,7 +102,9 @@ class AnnealConfig(OptionConfig):
         0.0, "guard: replay's gradient must point with the fresh rows' by more than this cosine"
     )
     guard_z: float = knob(2.0, "guard: falls back when the mean + guard_z std. errors is below")
-    guard_min_steps: int = knob(20, "guard: steps read before it may fall back")
+    guard_min_readings: int = knob(
+        30, "guard: readings (about one a round) pooled before it may fall back"
+    )
 
     def learner_readings(self) -> list[tuple[str, str | None, object]]:
         """In `signals` mode: the drift reading (on by default) and the clip reading (where
@@ -138,7 +142,17 @@ class AnnealConfig(OptionConfig):
                 f"guard_min_cosine = {self.guard_min_cosine!r}: must be in [-1, 1)"
             )
         positive("guard_z", self.guard_z, zero_ok=True)
-        integer("guard_min_steps", self.guard_min_steps, minimum=3, error=MethodConfigError)
+        integer(
+            "guard_min_readings",
+            self.guard_min_readings,
+            minimum=BLOCK * MIN_BLOCKS,
+            error=MethodConfigError,
+        )
+        if self.guard and not self.enabled:
+            raise MethodConfigError(
+                "guard = true: it falls back through the anneal's replay scale; set enabled = "
+                "true too (mode 'schedule' with start = 1 keeps replay as configured until then)"
+            )
 
 
 def reward_gain(rewards: list[float]) -> float:
@@ -219,15 +233,16 @@ class Anneal(MethodOption[AnnealConfig]):
         scale 0 the rows that are not fresh are the round's carried rows, not replay)."""
         if not self.settings.guard or self.fell_back >= 0 or self.scale == 0.0:
             return
-        cosine = self.context.signals.step.get("replay_cosine")
-        if cosine is not None:
+        step = self.context.signals.step
+        cosine = step.get("replay_cosine")
+        if cosine is not None and not step.get("gated"):  # DGG refused the step: not taken
             self.value.add(cosine)
 
     def _behind(self) -> bool:
         """The guard's test: the pooled cosine is credibly at or below `guard_min_cosine`."""
         s = self.settings
         estimate = self.value.estimate()
-        if estimate is None or self.value.count < s.guard_min_steps:
+        if estimate is None or self.value.count < s.guard_min_readings:
             return False
         mean, error = estimate
         return mean + s.guard_z * error <= s.guard_min_cosine
@@ -286,7 +301,7 @@ class Anneal(MethodOption[AnnealConfig]):
             if len(self.rewards) >= 3:
                 out["anneal/reward_gain"] = reward_gain(list(self.rewards))
         if self.settings.guard:
-            out["guard/steps"] = float(self.value.count)
+            out["guard/readings"] = float(self.value.count)
             out["guard/off"] = float(self.fell_back)
             estimate = self.value.estimate()
             if estimate is not None:
