@@ -344,3 +344,14 @@ def test_the_guards_state_round_trips(tmp_path: Path) -> None:
     q = guarded()
     q.load(tmp_path)
     assert q.metrics() == p.metrics() and q.method.replay_scale == 0.0
+
+
+def test_a_schedule_from_one_to_one_never_anneals_so_the_guard_acts_alone() -> None:
+    p = pipeline(progress=0.999, mode="schedule", start=1.0, end=1.0, guard=True)
+    run_round(p, 0, 0.5)
+    assert p.method.replay_scale == 1.0
+    p.signals.set_progress(1.0)
+    run_round(p, 1, 0.5)
+    assert p.method.replay_scale == 0.0
+    with pytest.raises(MethodConfigError, match=r"end = 0\.9: must be above start = 0\.9"):
+        AnnealConfig(enabled=True, mode="schedule", start=0.9, end=0.9).check()

@@ -12,7 +12,8 @@ positive-biased replay's δ → s·δ).
 Two modes:
 
 - `schedule`, the baseline: s = 1 until the fraction `start` of the budget, then linearly to 0 at
-  `end` (the run's progress, `RunSignals.progress`).
+  `end` (the run's progress, `RunSignals.progress`); `start = end = 1.0` never anneals (replay as
+  configured, for the guard alone).
 - `signals`, the controller: after `start` (and `window` rounds), every round in which the run's
   signals press toward on-policy multiplies s by (1 − `rate`), and s never rises again. A round
   presses when any of these holds:
@@ -127,8 +128,11 @@ class AnnealConfig(OptionConfig):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
                 raise MethodConfigError(f"{name} = {value!r}: must be in [0, 1]")
-        if self.mode == "schedule" and self.end <= self.start:
-            raise MethodConfigError(f"end = {self.end!r}: must be above start = {self.start!r}")
+        never = self.start == self.end == 1.0  # replay as configured the whole run (the guard's)
+        if self.mode == "schedule" and self.end <= self.start and not never:
+            raise MethodConfigError(
+                f"end = {self.end!r}: must be above start = {self.start!r} (or both 1.0: never)"
+            )
         integer("window", self.window, minimum=3, error=MethodConfigError)
         positive("min_gain", self.min_gain, zero_ok=True)
         positive("plateau_z", self.plateau_z, zero_ok=True)
@@ -151,7 +155,8 @@ class AnnealConfig(OptionConfig):
         if self.guard and not self.enabled:
             raise MethodConfigError(
                 "guard = true: it falls back through the anneal's replay scale; set enabled = "
-                "true too (mode 'schedule' with start = 1 keeps replay as configured until then)"
+                "true too (mode 'schedule' with start = end = 1.0 replays as configured until "
+                "the guard acts)"
             )
 
 
@@ -216,7 +221,12 @@ class Anneal(MethodOption[AnnealConfig]):
             if progress is None:
                 raise RuntimeError("anneal: mode 'schedule' needs the run's budget progress")
             s = self.settings
-            self.scale = float(min(1.0, max(0.0, 1.0 - (progress - s.start) / (s.end - s.start))))
+            if s.end <= s.start:  # start = end = 1: never
+                self.scale = 1.0 if progress < s.end else 0.0
+            else:
+                self.scale = float(
+                    min(1.0, max(0.0, 1.0 - (progress - s.start) / (s.end - s.start)))
+                )
         else:
             self._observe_round()
             if self._past_start(progress):
