@@ -20,11 +20,19 @@ def test_seeds_that_fell_back_are_named_with_when() -> None:
     columns = guard_columns([log(100, -1, 0.04), log(100, 25, -0.02)])
     guard = columns["guard"]
     assert guard["fell_back"] == 1
-    assert guard["per_seed"][0] == {"cosine": 0.04, "error": 0.01, "fell_back_at": None}
+    assert guard["per_seed"][0] == {
+        "cosine": 0.04,
+        "error": 0.01,
+        "fell_back_round": None,
+        "fell_back_at": None,
+    }
     assert guard["per_seed"][1]["fell_back_at"] == pytest.approx(0.25)
     (line,) = guard_lines({"methods": {"auto_guard": columns, "on_policy": {}}})
     assert "`auto_guard`: fell back to on-policy on 1 of 2 seeds" in line
-    assert "+0.040 ± 0.010" in line and "-0.020 ± 0.010 (fell back at 25% of the run)" in line
+    assert (
+        "+0.040 ± 0.010" in line
+        and "-0.020 ± 0.010 (fell back at round 25, 25% of its rounds)" in line
+    )
 
 
 def test_a_method_without_the_guard_reads_nothing() -> None:

@@ -2,7 +2,7 @@
 
 Per seed: the pooled cosine between replay's gradient and the fresh rows' at the run's end (or
 when the guard fell back, after which it reads nothing), its standard error, and the share of the
-run's rounds done when it fell back (None where it never did). A report says which seeds fell
+run's rounds done when it fell back, and that round (None where it never did). A report says which seeds fell
 back, so a saving read with the guard on is never mistaken for replay running the whole way.
 """
 
@@ -26,6 +26,7 @@ def guard_columns(train_logs: Sequence[Sequence[dict[str, Any]]]) -> dict[str, A
             {
                 "cosine": None if last.get("guard/value") is None else float(last["guard/value"]),
                 "error": None if last.get("guard/error") is None else float(last["guard/error"]),
+                "fell_back_round": None if off < 0 else int(off),
                 "fell_back_at": None if off < 0 else off / max(len(logged), 1),
             }
         )
@@ -49,7 +50,10 @@ def guard_lines(summary: dict[str, Any]) -> list[str]:
         for s in seeds:
             reading = "—" if s["cosine"] is None else f"{s['cosine']:+.3f} ± {s['error']:.3f}"
             if s["fell_back_at"] is not None:
-                reading += f" (fell back at {100 * s['fell_back_at']:.0f}% of the run)"
+                reading += (
+                    f" (fell back at round {s['fell_back_round']}, "
+                    f"{100 * s['fell_back_at']:.0f}% of its rounds)"
+                )
             cells.append(reading)
         lines.append(
             f"Guard (`replay.anneal.guard`), `{name}`: fell back to on-policy on "
