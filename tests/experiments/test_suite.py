@@ -134,6 +134,12 @@ def test_the_reading_across_tasks_by_hand() -> None:
     assert across["worst_margin"] == -2.0 and gains["tasks"]["c"]["no_gain"]
     assert gains["tasks"]["a"]["baseline_gain_points"] == pytest.approx(20.0)
     assert "| m | c | 3 | no gain to save |" in suite_markdown(gains)
+    assert "Guard (" not in text  # no method ran with the guard
+    guard = {"per_seed": [{"cosine": 0.1, "error": 0.02, "fell_back_at": None}], "fell_back": 0}
+    reading["guard"] = {"b": {"m": guard}}
+    assert "b: Guard (`replay.anneal.guard`), `m`: fell back to on-policy on 0 of 1 seeds" in (
+        suite_markdown(reading)
+    )
 
 
 def test_the_median_across_tasks_resampled_over_seeds_by_hand() -> None:

@@ -172,6 +172,12 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     starts = {task: _start(suite.tasks[task]) for task in summaries}
     reading = suite_summary(summaries, suite.baseline, starts)
     reading["waiting_tasks"] = waiting
+    guards = {
+        task: {name: m["guard"] for name, m in summary["methods"].items() if m.get("guard")}
+        for task, summary in summaries.items()
+    }
+    if any(guards.values()):
+        reading["guard"] = {task: g for task, g in guards.items() if g}
     finished = {task: _finished(suite, task) for task in reading["tasks"]}
     floor = _noise_floor(suite, reading, finished)
     if floor is not None:
