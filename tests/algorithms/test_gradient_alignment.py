@@ -104,3 +104,31 @@ def test_the_pooled_mean_and_its_batch_means_error_by_hand() -> None:
     assert restored.estimate() == estimate and restored.count == 7
     with pytest.raises(ValueError, match="block"):
         PooledMean(block=0)
+
+
+def test_a_batch_anchor_treats_as_many_tokens_as_the_unsplit_batch_through_ties() -> None:
+    """Every chosen token has the same covariance (two rows alike, in two pieces): unsplit,
+    KL-Cov treats its budget, one token; anchored pieces must treat one between them too."""
+    control = TokenControl(mode="kl_cov", fraction=0.25, coef=1.0)
+    logprobs = torch.tensor([[-1.0, -2.0], [-1.0, -2.0]])
+    advantages = torch.tensor([1.0, 1.0])
+    mask = torch.ones(2, 2)
+    rows = torch.tensor([True, True])
+    whole = control.select(logprobs, advantages, mask, rows)
+    anchor = control.anchor(
+        [logprobs[:1], logprobs[1:]],
+        [advantages[:1], advantages[1:]],
+        [mask[:1], mask[1:]],
+        [rows[:1], rows[1:]],
+    )
+    pieces = [
+        control.select(
+            logprobs[i : i + 1],
+            advantages[i : i + 1],
+            mask[i : i + 1],
+            rows[i : i + 1],
+            anchor=anchor,
+        )
+        for i in range(2)
+    ]
+    assert int(whole.sum()) == 1 == sum(int(p.sum()) for p in pieces)

@@ -52,14 +52,17 @@ def clip_cov_generator(seed: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + step)
 
 
-@dataclass(frozen=True)
+@dataclass
 class BatchAnchor:
     """What a token control reads of the whole batch when the batch trains in pieces: the
     centre (Ā, mean log π) over its trained tokens and, for KL-Cov, the covariance of its
-    `fraction`-th highest chosen token (a piece treats its tokens at or above it)."""
+    `fraction`-th highest chosen token. A piece treats its tokens above it, and of those equal
+    to it the first ones until the batch's budget is spent (`ties` left), so the batch treats
+    as many tokens as unsplit; which of several equal tokens is not kept."""
 
     centre: tuple[float, float]
     threshold: float | None = None
+    ties: int = 0
 
 
 class TokenControlError(ValueError):
@@ -166,7 +169,12 @@ class TokenControl:
         cov = self.covariance(logprobs.detach(), advantages, mask, centre)
         flat = chosen.view(-1)
         if self.mode == "kl_cov" and anchor is not None and anchor.threshold is not None:
-            return eligible & (cov >= anchor.threshold)
+            chosen = eligible & (cov > anchor.threshold)
+            tied = (eligible & (cov == anchor.threshold)).view(-1).nonzero()[:, 0]
+            take = tied[: anchor.ties]
+            anchor.ties -= len(take)
+            chosen.view(-1)[take] = True
+            return chosen
         if self.mode == "kl_cov":
             scores = cov.masked_fill(~eligible, -math.inf).view(-1)
             flat[scores.topk(min(budget, count)).indices] = True
@@ -204,8 +212,9 @@ class TokenControl:
         eligible = torch.cat(scores)
         if len(eligible) == 0:
             return BatchAnchor(centre)
-        budget = max(1, int(self.fraction * len(eligible)))
-        return BatchAnchor(centre, float(eligible.topk(min(budget, len(eligible))).values[-1]))
+        budget = min(max(1, int(self.fraction * len(eligible))), len(eligible))
+        threshold = float(eligible.topk(budget).values[-1])
+        return BatchAnchor(centre, threshold, budget - int((eligible > threshold).sum()))
 
     def apply(
         self,
