@@ -276,15 +276,14 @@ class Learner:
         policy_sum = 0.0
         forwards: list[TokenLogprobs] | None = None
         anchor = None
-        if split is not None:  # the token controls choose on the whole batch, as unsplit
+        if split is not None and s.control.active:  # it chooses on the whole batch, as unsplit
             forwards = [self._logprobs(self.model, c, entropy=s.entropy_coef > 0) for c in chunks]
-            if s.control.active:
-                anchor = s.control.anchor(
-                    [f.sampled for f in forwards],
-                    [c["advantages"] for c in chunks],
-                    [c["mask"] for c in chunks],
-                    [c["reused"] for c in chunks],
-                )
+            anchor = s.control.anchor(
+                [f.sampled for f in forwards],
+                [c["advantages"] for c in chunks],
+                [c["mask"] for c in chunks],
+                [c["reused"] for c in chunks],
+            )
         for i, c in enumerate(chunks):
             if forwards is None:
                 current = self._logprobs(self.model, c, entropy=s.entropy_coef > 0)

@@ -27,10 +27,10 @@ was +0.23 ± 0.12), so the guard asks only the question its evidence can answer.
 Cost: the learner (`LearnerSettings.replay_gradient`) trains a step's micro-batches class by
 class (fresh, replayed, mixed) and copies the accumulated gradient after the first two: no extra
 forward or backward pass, but two float32 copies of the gradient (the model's size twice: fine
-for the models this runs on in our loop, 56 GB for a 7B model), and every micro-batch's forward
-is taken before the first backward so that a token control chooses on the whole batch as an
-unsplit step does (`token_control.BatchAnchor`; the activations of the whole batch held at once,
-as one micro-batch of it holds). The choice is the unsplit one up to ties and float rounding
+for the models this runs on in our loop, 56 GB for a 7B model), and with a token control on
+every micro-batch's forward is taken before the first backward so that it chooses on the whole
+batch as an unsplit step does (`token_control.BatchAnchor`; the activations of the whole batch
+held at once, as one micro-batch of it holds). The choice is the unsplit one up to ties and float rounding
 (micro-batches of other widths round differently), the same kind of difference a change of
 `train.micro_batch_size` makes; Clip-Cov's random pick could not be kept, so the guard refuses it.
 """

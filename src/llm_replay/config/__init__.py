@@ -257,6 +257,15 @@ class ReplayConfig:
     def enabled_options(self) -> list[tuple[str, OptionConfig]]:
         return [(name, option) for name, option in self.options.items() if option.enabled]
 
+    def knob_reading(self, statistic: str) -> str | None:
+        """The `option.knob` of an enabled option that reads `statistic` of the learner's step
+        (`OptionConfig.learner_readings`), or None: e.g. "anneal.guard" for "replay_cosine"."""
+        for name, option in self.enabled_options():
+            for read, knob, _ in option.learner_readings():
+                if read == statistic:
+                    return f"{name}.{knob}" if knob is not None else name
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, **dataclasses.asdict(self.settings)}
         if self.init_from is not None:
@@ -380,10 +389,10 @@ class Config:
             self._check_mixture()
         if self.preference.enabled:
             self._check_preference()
-        guard = dict(self.replay.enabled_options()).get("anneal")
-        if getattr(guard, "guard", False) and self.algorithm.token_control == "clip_cov":
+        guard = self.replay.knob_reading("replay_cosine")
+        if guard is not None and self.algorithm.token_control == "clip_cov":
             raise ConfigError(
-                "replay.anneal.guard = true: not with algorithm.token_control = 'clip_cov' (the "
+                f"replay.{guard} = true: not with algorithm.token_control = 'clip_cov' (the "
                 "guard trains a batch in pieces, and Clip-Cov's random pick would differ from "
                 "the unsplit batch's; KL-Cov's choice is anchored on the whole batch)"
             )

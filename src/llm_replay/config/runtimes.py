@@ -82,10 +82,10 @@ class Threaded(Runtime):
                 f"algorithm.head_gate = {config.algorithm.head_gate!r}: not supported by "
                 f"runtime={self.name} (its checkpoints do not carry the gate yet)"
             )
-        anneal = config.replay.options.get("anneal")
-        if anneal is not None and anneal.enabled and getattr(anneal, "guard", False):
+        guard = config.replay.knob_reading("replay_cosine")
+        if guard is not None:
             yield (
-                f"replay.anneal.guard = true: not supported by runtime={self.name} (its workers "
+                f"replay.{guard} = true: not supported by runtime={self.name} (its workers "
                 "generate ahead of the learner, so a step has no rows of the weights it trains "
                 "and the guard would never read anything); use runtime=sync"
             )

@@ -135,12 +135,7 @@ def learner_settings(config: Config) -> LearnerSettings:
 def reads_replay_gradient(config: Config) -> bool:
     """Whether an enabled option reads the replayed rows' gradient (`replay.anneal.guard`), which
     the learner then measures."""
-    return any(
-        statistic == "replay_cosine"
-        for option in config.replay.options.values()
-        if option.enabled
-        for statistic, _, _ in option.learner_readings()
-    )
+    return config.replay.knob_reading("replay_cosine") is not None
 
 
 def build_learner(config: Config, model: Any) -> Learner:
