@@ -293,3 +293,13 @@ def test_bapo_keeps_its_starting_bounds_without_negatives_and_stops_at_its_maxim
 def test_bapo_knobs_are_checked_by_name(knobs: dict[str, float], message: str) -> None:
     with pytest.raises(LossConfigError, match=message):
         build_loss("bapo", **knobs)
+
+
+def test_a_loss_reports_the_statistics_it_computes_and_only_those() -> None:
+    from llm_replay.algorithms.losses import loss_reports
+
+    assert {"clip_fraction", "ratio", "ratio_max", "kl_behaviour", "sampled_nll"} <= loss_reports(
+        "grpo"
+    )
+    assert "clip_fraction" not in loss_reports("tis")  # it truncates, it does not clip
+    assert "clip_fraction" not in loss_reports("asymre")

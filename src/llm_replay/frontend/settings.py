@@ -89,3 +89,21 @@ def refuse_beyond_replay(recipe: Recipe | None, field: str, trainer: str) -> Non
 def default_advantage(recipe: Recipe | None) -> str:
     """The advantage estimator a recipe was measured with (grpo where it names none)."""
     return "grpo" if recipe is None else str(recipe.algorithm.get("advantage", "grpo"))
+
+
+def lookup(root: Any, dotted: str) -> Any:
+    """`root.a.b.c` in a trainer's nested config (a dict or an OmegaConf node), or None where
+    any part is missing."""
+    node = root
+    for part in dotted.split("."):
+        if node is None:
+            return None
+        getter = getattr(node, "get", None)
+        node = getter(part) if callable(getter) else None
+    return node
+
+
+def lookup_int(root: Any, dotted: str) -> int | None:
+    """`lookup` as an int (None where missing or a bool)."""
+    value = lookup(root, dotted)
+    return None if value is None or isinstance(value, bool) else int(value)

@@ -23,6 +23,7 @@ is what `llm-replay losses` prints.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import pkgutil
 from typing import TYPE_CHECKING, Any
@@ -135,6 +136,19 @@ def loss_statistics(inputs: LossInputs, parts: dict[str, Tensor]) -> dict[str, f
     return out
 
 
+@functools.cache
+def loss_reports(name: str) -> frozenset[str]:
+    """The statistics (`loss_statistics`' keys) the loss `name` reports in any front end that
+    runs it, found by running it on two rows of three tokens: a loss that does not clip reports
+    no clip fraction, so a trainer can tell which step signals it will have."""
+    import torch  # torch-free at import: the config reads this package
+
+    logprobs = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -1.5, -0.7]])  # [2, 3]
+    inputs = LossInputs(logprobs, logprobs - 0.3, torch.tensor([1.0, -1.0]), torch.ones(2, 3))
+    _, parts = build_loss(name)(inputs)
+    return frozenset(loss_statistics(inputs, parts))
+
+
 def describe_losses() -> list[dict[str, Any]]:
     """Every registered loss with its paper and knobs (defaults and help), for the CLI."""
     out = []
@@ -170,6 +184,8 @@ __all__ = [
     "build_loss",
     "describe_losses",
     "loss_class",
+    "loss_reports",
+    "loss_statistics",
     "normalizer",
     "policy_loss",
     "register_loss",

@@ -1,58 +1,30 @@
 """The advantages a method decided, handed to verl's advantage step by row uid.
 
-verl recomputes advantages at every step from `rm_scores`, grouped by each row's `uid`. A
-replayed row alone in its group would get zero, and a method may change what a row's advantage
-is (a sampling weight, a discount for a stale reward). So the sampler gives every row it returns
-a uid of its own and writes the method's advantage for it here; verl's advantage step, set to
-`algorithm.adv_estimator=llm_replay`, reads them back (`plugin.py` registers the estimator). Both
-run in verl's driver process, the one that builds the sampler and calls `_compute_advantage`.
+verl recomputes advantages at every step from `rm_scores`, grouped by each row's `uid`, so the
+sampler gives every row it returns a uid of its own and books the method's advantage for it
+(`frontend.advantage_book`); verl's advantage step, set to `algorithm.adv_estimator=llm_replay`,
+reads them back (`plugin.py` registers the estimator). Both run in verl's driver process, the
+one that builds the sampler and calls `_compute_advantage`.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
+
+from llm_replay.frontend import advantage_book
 
 ESTIMATOR = "llm_replay"
 UID_PREFIX = "llmreplay-"
 
 
-class AdvantageBook:
-    """uid → advantage for the rows of the step being trained."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values: dict[str, float] = {}
-
-    def write(self, uids: Sequence[str], advantages: Sequence[float]) -> None:
-        if len(uids) != len(advantages):
-            raise ValueError(f"advantages: {len(advantages)} values for {len(uids)} uids")
-        with self._lock:
-            self._values.update(zip(uids, (float(a) for a in advantages), strict=True))
-
-    def forget(self, uids: Iterable[str]) -> None:
-        with self._lock:
-            for uid in uids:
-                self._values.pop(uid, None)
-
-    def get(self, uids: Sequence[str]) -> list[float | None]:
-        """Each uid's advantage, None where none is booked."""
-        with self._lock:
-            return [self._values.get(uid) for uid in uids]
-
-    def read(self, uids: Sequence[str]) -> list[float]:
-        with self._lock:
-            missing = [uid for uid in uids if uid not in self._values]
-            if missing:
-                raise KeyError(
-                    f"uid {missing[0]!r}: no advantage from llm-replay's sampler. "
-                    f"algorithm.adv_estimator={ESTIMATOR} needs "
-                    "trainer.v1.sampler.custom_sampler to be llm-replay's ReplaySampler, and "
-                    "reads in the process that runs it (verl's driver)"
-                )
-            return [self._values[uid] for uid in uids]
+class AdvantageBook(advantage_book.AdvantageBook):
+    noun = "uid"
+    missing = (
+        f"algorithm.adv_estimator={ESTIMATOR} needs trainer.v1.sampler.custom_sampler to be "
+        "llm-replay's ReplaySampler, and reads in the process that runs it (verl's driver)"
+    )
 
 
 BOOK = AdvantageBook()

@@ -52,19 +52,16 @@ from it needs it given (`sampler_kwargs.mu`).
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
-
-from llm_replay.algorithms.losses import LossInputs, build_loss, loss_statistics
+from llm_replay.algorithms.losses import loss_reports
 from llm_replay.config import ReplayConfig
+from llm_replay.frontend.hooks import wrap_method
 from llm_replay.frontend.metric_map import NOT_REPORTED, MetricMap, unreported_readings
+from llm_replay.frontend.settings import lookup
 from llm_replay.integrations.verl.plugin import LOSS_PREFIX, METRIC_PREFIX, REGISTERED
-from llm_replay.integrations.verl.settings import lookup
 from llm_replay.methods.signals import STEP_KEYS
 
 log = logging.getLogger(__name__)
@@ -106,16 +103,6 @@ def step_statistics(
     return ((ACTOR | BEHAVIOUR) if behaviour else ACTOR).read(metrics) | (
         ENTROPY.read(metrics) if token_mean else {}
     )
-
-
-@functools.cache
-def loss_reports(name: str) -> frozenset[str]:
-    """The statistics our loss `name` reports in verl (`plugin.verl_loss`, as `loss/<key>` under
-    our loop), found by running it on two rows of three tokens."""
-    logprobs = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -1.5, -0.7]])  # [2, 3]
-    inputs = LossInputs(logprobs, logprobs - 0.3, torch.tensor([1.0, -1.0]), torch.ones(2, 3))
-    _, parts = build_loss(name)(inputs)
-    return frozenset(loss_statistics(inputs, parts))
 
 
 def entropy_is_token_mean(root: Any) -> bool:
@@ -189,54 +176,20 @@ def trainer_of(refill_fn: Any) -> Any:
 
 
 def observe_updates(trainer: Any, callback: UpdateCallback) -> bool:
-    """Wrap `trainer._update_actor(batch, metrics)` so that after each call `callback(metrics,
-    seconds, rows)` hears the metrics it wrote, how long it took and how many rows it trained
-    (padding left out). False, with a warning, where the trainer has no such method."""
-    original = getattr(trainer, "_update_actor", None)
-    if not callable(original):
-        log.warning(
-            "llm-replay sampler: verl's trainer has no _update_actor to observe; the method's "
-            "learner-side signals (clip fraction, behaviour KL, entropy, measured μ) stay empty"
-        )
-        return False
-    if getattr(original, "__llm_replay_observed__", False):
+    """Wrap `trainer._update_actor(batch, metrics)` (`frontend.hooks`) so that after each call
+    `callback(metrics, seconds, rows)` hears the metrics it wrote, how long it took and how many
+    rows it trained (padding left out). False, with a warning, where the trainer has no such
+    method."""
+
+    def heard(args: tuple[Any, ...], kwargs: dict[str, Any], seconds: float) -> None:
+        call = dict(zip(("batch", "metrics"), args, strict=False)) | kwargs
+        rows = sum(not tag.get("is_padding", False) for tag in call["batch"].tags)
+        callback(call["metrics"], seconds, rows)
+
+    if wrap_method(trainer, "_update_actor", heard):
         return True
-
-    def _update_actor(batch: Any, metrics: dict[str, Any]) -> Any:
-        started = time.perf_counter()
-        out = original(batch, metrics)
-        seconds = time.perf_counter() - started
-        rows = sum(not tag.get("is_padding", False) for tag in batch.tags)
-        callback(metrics, seconds, rows)
-        return out
-
-    _update_actor.__llm_replay_observed__ = True  # type: ignore[attr-defined]
-    trainer._update_actor = _update_actor
-    return True
-
-
-def time_hooks(
-    trainer: Any, names: tuple[str, ...], callback: Callable[[float], None]
-) -> list[str]:
-    """Wrap each of the trainer's hooks in `names` (verl's method runs unchanged) so that
-    `callback(seconds)` hears how long each call took. In sync mode the sampler charges
-    `on_sample_end` (the replicas drained and put to sleep) and `on_step_end` (the weights
-    published to them) to generation: the cost of keeping a colocated generator, paid once a
-    step, which the wait for the step's rollouts does not see. Returns the hooks wrapped."""
-    wrapped = []
-    for name in names:
-        original = getattr(trainer, name, None)
-        if not callable(original) or getattr(original, "__llm_replay_timed__", False):
-            continue
-
-        def timed(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                callback(time.perf_counter() - started)
-
-        timed.__llm_replay_timed__ = True  # type: ignore[attr-defined]
-        setattr(trainer, name, timed)
-        wrapped.append(name)
-    return wrapped
+    log.warning(
+        "llm-replay sampler: verl's trainer has no _update_actor to observe; the method's "
+        "learner-side signals (clip fraction, behaviour KL, entropy, measured μ) stay empty"
+    )
+    return False

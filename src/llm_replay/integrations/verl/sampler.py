@@ -48,24 +48,24 @@ from llm_replay.buffer import Sample
 from llm_replay.config.parse import ConfigError
 from llm_replay.data.batch import RolloutBatch
 from llm_replay.frontend.clock import UpdateClock
+from llm_replay.frontend.hooks import time_methods
 from llm_replay.frontend.payloads import TrajectoryStore
+from llm_replay.frontend.settings import lookup, lookup_int
 from llm_replay.integrations.verl.advantages import BOOK, UID_PREFIX, AdvantageBook
 from llm_replay.integrations.verl.observer import (
     entropy_is_token_mean,
     missing_signals,
     observe_updates,
     step_statistics,
-    time_hooks,
     trainer_of,
 )
 from llm_replay.integrations.verl.settings import (
     SamplerSettings,
-    lookup,
     run_length,
     startup_problems,
     verl_root,
 )
-from llm_replay.integrations.verl.startup import MODES, lookup_int, mode_named
+from llm_replay.integrations.verl.startup import MODES, mode_named
 from llm_replay.integrations.verl.state import (
     STATE_DIR,
     STATE_FILE,
@@ -168,7 +168,7 @@ class ReplaySampler(SamplerCheckpoints, ReplayBuffer):  # type: ignore[misc]
         if trainer is not None:
             observe_updates(trainer, self._after_update)
             if self.measures_mu:
-                time_hooks(trainer, ("on_sample_end", "on_step_end"), self._generation_overhead)
+                time_methods(trainer, ("on_sample_end", "on_step_end"), self._generation_overhead)
         self.book = book
         self.store = TrajectoryStore()
         self.host: ReplayHost | None = None

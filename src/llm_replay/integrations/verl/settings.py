@@ -18,11 +18,11 @@ from llm_replay.config.parse import ConfigError
 from llm_replay.frontend.settings import (
     as_mapping,
     default_advantage,
+    lookup_int,
     refuse_beyond_replay,
     resolve_method,
 )
-from llm_replay.integrations.verl.startup import PREFIX, lookup_int
-from llm_replay.integrations.verl.startup import lookup as lookup  # re-exported for sampler.py
+from llm_replay.integrations.verl.startup import PREFIX
 from llm_replay.integrations.verl.startup import startup_problems as startup_problems
 from llm_replay.methods.host import follows_progress
 

@@ -28,29 +28,13 @@ from typing import Any
 
 from llm_replay.algorithms.losses import LOSSES
 from llm_replay.config.recipes import RECIPES
+from llm_replay.frontend.settings import lookup
 from llm_replay.methods.host import reads_measured_mu
 
 PREFIX = "sampler_kwargs"  # as errors name the sampler's knobs (settings.py)
 KWARGS = f"trainer.v1.sampler.{PREFIX}"  # as an override sets one
 FLASH = "flash_attention_2"  # verl's attention when override_config names none (model.py)
 FSDP = (None, "fsdp", "fsdp2")  # the strategies that load the Hugging Face model with it
-
-
-def lookup(root: Any, dotted: str) -> Any:
-    """`root.a.b.c`, or None where any part is missing."""
-    node = root
-    for part in dotted.split("."):
-        if node is None:
-            return None
-        getter = getattr(node, "get", None)
-        node = getter(part) if callable(getter) else None
-    return node
-
-
-def lookup_int(root: Any, dotted: str) -> int | None:
-    """`lookup` as an int (verl's OmegaConf gives ints; None where missing or a bool)."""
-    value = lookup(root, dotted)
-    return None if value is None or isinstance(value, bool) else int(value)
 
 
 def _count(value: Any) -> int | None:

@@ -19,8 +19,8 @@ import transfer_queue as tq
 from llm_replay.frontend.checkpoint import load_front_end, save_front_end
 from llm_replay.frontend.clock import UpdateClock
 from llm_replay.frontend.payloads import TrajectoryStore
+from llm_replay.frontend.settings import lookup
 from llm_replay.integrations.verl.advantages import UID_PREFIX
-from llm_replay.integrations.verl.startup import lookup
 from llm_replay.methods.host import ReplayHost
 from llm_replay.metrics.compute import ComputeMeter
 
