@@ -21,3 +21,26 @@ def test_group_advantages_scores_each_group_alone() -> None:
     np.testing.assert_allclose(out, [0.5, -0.5, -1.0, 1.0])
     with pytest.raises(ValueError, match="advantage = 'nope'"):
         get_advantage_fn("nope")
+
+
+def test_the_optimal_advantage_uses_a_value_between_the_groups_mean_and_its_best() -> None:
+    from llm_replay.algorithms.advantages import optimal
+
+    r = np.array([1.0, 0.0, 0.0, 1.0])
+    value = 0.5 * np.log(0.5 * np.exp(2.0) + 0.5)  # 0.717: above the mean 0.5, below the best 1
+    np.testing.assert_allclose(optimal(r), r - value)
+    assert abs(optimal(r)[1]) > abs(optimal(r)[0])  # a failure outweighs a success
+    np.testing.assert_allclose(optimal(r, beta=1e6), dr_grpo(r), atol=1e-5)  # β → ∞: the mean
+    np.testing.assert_allclose(optimal(r, beta=1e-3), r - 1.0, atol=1e-2)  # β → 0: the best
+    big = optimal(np.array([1000.0, 999.0]))  # no overflow: log-sum-exp
+    assert np.all(np.isfinite(big)) and big[0] < 0.5
+    assert optimal(np.array([])).size == 0
+    np.testing.assert_allclose(
+        group_advantages(r, np.array([0, 0, 1, 1]), "optimal"),
+        [
+            1.0 - 0.5 * np.log(0.5 * np.exp(2.0) + 0.5),
+            -0.5 * np.log(0.5 * np.exp(2.0) + 0.5),
+            -0.5 * np.log(0.5 * np.exp(2.0) + 0.5),
+            1.0 - 0.5 * np.log(0.5 * np.exp(2.0) + 0.5),
+        ],
+    )

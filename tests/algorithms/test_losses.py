@@ -303,3 +303,41 @@ def test_a_loss_reports_the_statistics_it_computes_and_only_those() -> None:
     )
     assert "clip_fraction" not in loss_reports("tis")  # it truncates, it does not clip
     assert "clip_fraction" not in loss_reports("asymre")
+
+
+def test_oapl_regresses_the_sequence_log_ratio_onto_the_advantage() -> None:
+    beta = 0.5
+    # sequence log-ratios: rollout 0: log 1.5 + log 1.0; rollout 1: log 0.5
+    residuals = [beta * LOG(1.5) - 1.0, beta * LOG(0.5) + 2.0]
+    expected = sum(r * r for r in residuals) / 2  # sequence_mean: each rollout weighs the same
+    assert run("oapl", aggregation="sequence_mean", beta=beta) == pytest.approx(expected, rel=1e-5)
+
+
+def test_oapl_is_at_rest_where_the_policy_is_the_closed_form_target() -> None:
+    """β·log(π/π_behav) = A* is the minimum: no gradient there, and a pull back from beyond it."""
+    beta, advantage = 0.01, torch.tensor([0.3])
+    behaviour = torch.tensor([[LOG(0.5), LOG(0.3)]])
+    mask = torch.ones(1, 2)
+    for shift, direction in ((0.0, 0.0), (5.0, 1.0)):
+        target = behaviour + (float(advantage) / beta + shift) / 2  # split over the two tokens
+        logprobs = target.clone().requires_grad_(True)
+        loss, metrics = policy_loss(
+            build_loss("oapl", beta=beta),
+            logprobs,
+            behaviour,
+            advantage,
+            mask,
+            aggregation="sequence_mean",
+        )
+        loss.backward()
+        assert logprobs.grad is not None
+        if direction == 0.0:
+            assert logprobs.grad.abs().max() < 1e-6
+        else:  # past the target: descending the loss lowers log π again
+            assert torch.all(logprobs.grad > 0)
+        assert metrics["loss/residual"] == pytest.approx(beta * shift, abs=1e-5)
+
+
+def test_oapl_refuses_a_beta_that_is_not_positive() -> None:
+    with pytest.raises(LossConfigError, match="beta = 0"):
+        build_loss("oapl", beta=0.0)

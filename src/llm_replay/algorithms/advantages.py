@@ -8,6 +8,7 @@ when a rollout is generated, not when it is reused"), so they live with the roll
 | `grpo` | (R_i - mean R) / (std R + eps) | DeepSeekMath (GRPO) |
 | `dr_grpo` | R_i - mean R | Dr. GRPO |
 | `rloo` | R_i - mean of the other rewards | RLOO |
+| `optimal` | R_i - β₁ log mean exp(R/β₁), β₁ = 0.5 | A*-PO / OAPL (the optimal value of KL-regularised RL) |
 
 `grpo` divides by the population standard deviation of the group (n in the denominator) plus
 1e-6, the standardisation the GRPO paper writes. TRL divides by the sample one (n − 1) plus 1e-4,
@@ -45,7 +46,29 @@ def rloo(rewards: F64) -> F64:
     return np.asarray(r - (r.sum() - r) / (n - 1), dtype=np.float64)
 
 
-ADVANTAGES: dict[str, AdvantageFn] = {"grpo": grpo, "dr_grpo": dr_grpo, "rloo": rloo}
+OPTIMAL_BETA = 0.5
+
+
+def optimal(rewards: F64, beta: float = OPTIMAL_BETA) -> F64:
+    """R_i − V̂*, V̂* = β log mean exp(R/β): the group's estimate of the optimal value of
+    KL-regularised RL against the policy that sampled it (A*-PO, OAPL). It lies between the
+    group's mean (β → ∞) and its best reward (β → 0), so with binary rewards a failure's advantage
+    outweighs a success's: the loss leans on negatives."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if len(r) == 0:
+        return r.copy()
+    scaled = r / beta
+    top = scaled.max()
+    value = beta * (top + np.log(np.mean(np.exp(scaled - top))))
+    return np.asarray(r - value, dtype=np.float64)
+
+
+ADVANTAGES: dict[str, AdvantageFn] = {
+    "grpo": grpo,
+    "dr_grpo": dr_grpo,
+    "rloo": rloo,
+    "optimal": optimal,
+}
 
 
 def get_advantage_fn(name: str) -> AdvantageFn:

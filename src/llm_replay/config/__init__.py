@@ -99,8 +99,10 @@ class AlgorithmConfig:
     (`llm-replay losses`), and a knob of another loss is refused by name.
     """
 
-    advantage: Literal["grpo", "dr_grpo", "rloo"] = setting(
-        "grpo", "group advantage: grpo (R − mean)/std, dr_grpo R − mean, rloo leave-one-out"
+    advantage: Literal["grpo", "dr_grpo", "rloo", "optimal"] = setting(
+        "grpo",
+        "group advantage: grpo (R − mean)/std, dr_grpo R − mean, rloo leave-one-out, optimal "
+        "R − 0.5·log mean exp(2R) (OAPL's)",
     )
     loss: str = setting("grpo", "the policy loss (`llm-replay losses`); its knobs sit beside it")
     loss_settings: LossConfig = setting(

@@ -50,7 +50,9 @@ def _optional_int(data: dict[str, Any], name: str) -> int | None:
 class SamplerSettings:
     replay: ReplayConfig
     correct_threshold: float = 1.0  # a trajectory whose summed rm_scores reach this is a success
-    advantage: str = "grpo"  # how a fresh group's advantages are computed (grpo | dr_grpo | rloo)
+    advantage: str = (
+        "grpo"  # how a fresh group's advantages are computed (grpo | dr_grpo | rloo | optimal)
+    )
     sampling_weights: bool = False  # scale each drawn row's advantage by its importance weight
     checkpoint_dir: str | None = None  # verl's trainer.default_local_dir, for resuming
     group_size: int | None = None  # rollout.n (else read from verl's config, else the data)
