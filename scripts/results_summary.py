@@ -47,6 +47,12 @@ ROWS = (
     ),
     (
         "spell_backward, 3.6·10⁷ on μ = 5",
+        "experiment_spell_guard/against_on_policy_4x",
+        "positive_guard_4x",
+        "the same, run to the whole budget (issue #53: with the guard, which never acted)",
+    ),
+    (
+        "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
         "positive_schedule",
         "`positive_schedule` (`auto` until #38): the same, annealed to on-policy by 60% of the run",

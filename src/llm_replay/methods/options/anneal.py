@@ -1,7 +1,8 @@
 """Replay that knows when to stop: move a method toward on-policy as replay stops paying.
 
-Replay buys a fast start; late in a run it can cost the plateau (docs/RESULTS.md: positive-biased
-replay flattens near 81% on spell_backward while on-policy climbs to 85%, with half its entropy).
+Replay buys a fast start; late in a run its lead closes (docs/RESULTS.md: positive-biased replay
+on spell_backward is 10 points ahead of on-policy early and level at on-policy's plateau, with half
+its entropy), and what the late rounds' reuse buys is then small.
 The compute-optimal replay ratio falls toward on-policy as staleness costs more (arXiv 2604.08706:
 y* = μ / (ρ + 1/x)), and ReMix (arXiv 2507.06892) anneals off-policy reuse over training. This
 option holds a replay scale s in [0, 1] and hands it to the method before every round
