@@ -29,7 +29,10 @@ def test_the_optimal_advantage_uses_a_value_between_the_groups_mean_and_its_best
     r = np.array([1.0, 0.0, 0.0, 1.0])
     value = 0.5 * np.log(0.5 * np.exp(2.0) + 0.5)  # 0.717: above the mean 0.5, below the best 1
     np.testing.assert_allclose(optimal(r), r - value)
-    assert abs(optimal(r)[1]) > abs(optimal(r)[0])  # a failure outweighs a success
+    rare = optimal(np.array([1.0] + [0.0] * 7))  # one success in eight: it weighs more
+    np.testing.assert_allclose(rare[:2], [0.706, -0.294], atol=1e-3)
+    for group in (r, np.array([1.0] + [0.0] * 7), np.array([0.3, 0.9, 0.1])):
+        assert optimal(group).sum() < 0  # every advantage below R − mean
     np.testing.assert_allclose(optimal(r, beta=1e6), dr_grpo(r), atol=1e-5)  # β → ∞: the mean
     np.testing.assert_allclose(optimal(r, beta=1e-3), r - 1.0, atol=1e-2)  # β → 0: the best
     big = optimal(np.array([1000.0, 999.0]))  # no overflow: log-sum-exp

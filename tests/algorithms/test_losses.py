@@ -303,6 +303,11 @@ def test_a_loss_reports_the_statistics_it_computes_and_only_those() -> None:
     )
     assert "clip_fraction" not in loss_reports("tis")  # it truncates, it does not clip
     assert "clip_fraction" not in loss_reports("asymre")
+    assert "residual" in loss_reports("oapl")
+    for (
+        name
+    ) in LOSSES:  # a proximal policy and the replayed rows are there for those that read them
+        assert {"kl_behaviour", "sampled_nll", "log_ratio_m2"} <= loss_reports(name)
 
 
 def test_oapl_regresses_the_sequence_log_ratio_onto_the_advantage() -> None:

@@ -50,6 +50,9 @@ def test_off_on_yes_no_are_words_not_booleans(tmp_path: Path) -> None:
     assert load_config(None, ["generation.dynamic_sampling=true"]).generation.dynamic_sampling
 
 
+OAPL = ["algorithm.loss=oapl", "algorithm.advantage=optimal", "algorithm.aggregation=sequence_mean"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -73,6 +76,18 @@ def test_off_on_yes_no_are_words_not_booleans(tmp_path: Path) -> None:
         (
             ["algorithm.loss=asymre"],
             r"algorithm\.advantage = 'grpo': loss 'asymre' needs 'dr_grpo'",
+        ),
+        (
+            ["algorithm.loss=oapl", "algorithm.advantage=optimal"],
+            r"algorithm\.aggregation = 'token_mean': loss 'oapl' is one value per rollout",
+        ),
+        (
+            [*OAPL, "generation.top_k=5"],
+            r"algorithm\.loss = 'oapl': not with generation\.top_k/top_p truncation",
+        ),
+        (
+            [*OAPL, "replay.method=positive", "replay.balance.enabled=true"],
+            r"replay\.balance: not with algorithm\.loss = 'oapl', which regresses onto",
         ),
         (["eval.pass_k=[0]"], r"eval\.pass_k = \[0\]"),
         (["algorithm.token_control=cov"], r"algorithm\.token_control = 'cov'"),

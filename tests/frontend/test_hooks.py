@@ -32,12 +32,14 @@ def test_the_wrapped_method_runs_unchanged_and_is_heard_after_it_wrote() -> None
     assert len(heard) == 1 and heard[0][0] == 3.0 and heard[0][1] >= 0
 
 
-def test_wrapping_twice_hears_each_call_once_and_a_missing_method_is_refused() -> None:
-    trainer, heard = Trainer(), []
+def test_wrapping_twice_under_one_key_hears_each_call_once_and_another_key_wraps_again() -> None:
+    trainer, heard, timed = Trainer(), [], []
     for _ in range(2):
-        assert wrap_method(trainer, "update", lambda a, k, s: heard.append(s))
-    trainer.update([1], {})
-    assert len(heard) == 1
+        assert wrap_method(trainer, "update", lambda a, k, s: heard.append(k["metrics"]))
+    assert time_methods(trainer, ["update"], timed.append) == ["update"]
+    assert time_methods(trainer, ["update"], timed.append) == ["update"]  # already: no-op
+    trainer.update([1], metrics={})  # as verl calls it: the metrics by keyword
+    assert heard == [{"loss": 1.0}] and len(timed) == 1
     assert not wrap_method(trainer, "no_such_method", lambda a, k, s: None)
 
 

@@ -52,8 +52,9 @@ OPTIMAL_BETA = 0.5
 def optimal(rewards: F64, beta: float = OPTIMAL_BETA) -> F64:
     """R_i − V̂*, V̂* = β log mean exp(R/β): the group's estimate of the optimal value of
     KL-regularised RL against the policy that sampled it (A*-PO, OAPL). It lies between the
-    group's mean (β → ∞) and its best reward (β → 0), so with binary rewards a failure's advantage
-    outweighs a success's: the loss leans on negatives."""
+    group's mean (β → ∞) and its best reward (β → 0), so every advantage sits below R − mean and
+    a group's advantages sum to a negative number: the loss leans on pushing down what was
+    sampled."""
     r = np.asarray(rewards, dtype=np.float64)
     if len(r) == 0:
         return r.copy()

@@ -159,11 +159,18 @@ class AlgorithmConfig:
         )
 
     def check(self) -> None:
-        required = loss_class(self.loss).advantage
+        loss = loss_class(self.loss)
+        required = loss.advantage
         if required is not None and self.advantage != required:
             raise ConfigError(
                 f"advantage = {self.advantage!r}: loss {self.loss!r} needs {required!r}"
                 + (" (R − V̂ baselines)" if required == "dr_grpo" else "")
+            )
+        if loss.aggregation is not None and self.aggregation != loss.aggregation:
+            raise ConfigError(
+                f"aggregation = {self.aggregation!r}: loss {self.loss!r} is one value per rollout "
+                f"given to each of its tokens; set {loss.aggregation!r} so that every rollout "
+                "weighs the same"
             )
         check_positive("kl_coef", self.kl_coef, zero_ok=True)
         check_positive("entropy_coef", self.entropy_coef, zero_ok=True)
@@ -398,11 +405,42 @@ class Config:
                 "guard trains a batch in pieces, and Clip-Cov's random pick would differ from "
                 "the unsplit batch's; KL-Cov's choice is anchored on the whole batch)"
             )
+        if loss_class(self.algorithm.loss).regresses_sequence:
+            self._check_sequence_regression()
         adaptive_refusal = ADAPTIVE_REFUSED.get(self.replay.method)
         if self.generation.adaptive.enabled and adaptive_refusal:
             raise ConfigError(
                 f"generation.adaptive.enabled: not with replay.method = {self.replay.method!r} "
                 f"({adaptive_refusal})"
+            )
+
+    def _check_sequence_regression(self) -> None:
+        """A loss that regresses a rollout's summed log-ratio onto its advantage (`oapl`)."""
+        loss, g = self.algorithm.loss, self.generation
+        if g.top_k or g.top_p < 1:
+            raise ConfigError(
+                f"algorithm.loss = {loss!r}: not with generation.top_k/top_p truncation (a token "
+                "outside the nucleus has its log-prob floored, which would dominate the "
+                "rollout's summed log-ratio)"
+            )
+        options = dict(self.replay.enabled_options())
+        stale = options.get("stale_rewards")
+        rescaling = [
+            name
+            for name, on in (
+                ("replay.balance", "balance" in options),
+                (
+                    "replay.stale_rewards.policy = 'discount'",
+                    getattr(stale, "policy", None) == "discount",
+                ),
+            )
+            if on
+        ]
+        if rescaling:
+            raise ConfigError(
+                f"{rescaling[0]}: not with algorithm.loss = {loss!r}, which regresses onto the "
+                "advantage rather than weighting by it, so rescaling a row's advantage would move "
+                "its target instead of its weight"
             )
 
     def _check_preference(self) -> None:

@@ -23,6 +23,12 @@ from llm_replay.integrations.verl.startup import startup_problems
 
 ROLLOUT = "actor_rollout_ref.rollout"
 SDPA = "actor_rollout_ref.model.override_config.attn_implementation"
+OAPL = [  # the example with OAPL's loss on uniform replay
+    "trainer.v1.sampler.sampler_kwargs.method=uniform",
+    "++trainer.v1.sampler.sampler_kwargs.advantage=optimal",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=llm_replay_oapl",
+]
+OAPL_SET_UP = [*OAPL, "actor_rollout_ref.actor.loss_agg_mode=seq-mean-token-mean"]
 
 
 @pytest.fixture(autouse=True)
@@ -116,6 +122,30 @@ def test_the_example_run_starts_on_one_gpu_without_flash_attn(tmp_path: Path) ->
             "actor_rollout_ref.actor.ppo_epochs = 2",
             "multiplying the method's replay ratio",
         ),
+        (
+            [*OAPL, "actor_rollout_ref.actor.loss_agg_mode=token-mean"],
+            "actor_rollout_ref.actor.loss_agg_mode = 'token-mean'",
+            "set it to 'seq-mean-token-mean'",
+        ),
+        (
+            [
+                *OAPL_SET_UP,
+                "algorithm.rollout_correction.bypass_mode=false",
+                "algorithm.rollout_correction.rollout_is=token",
+            ],
+            "algorithm.rollout_correction.bypass_mode",
+            "an importance weight would also multiply a squared loss",
+        ),
+        (
+            [*OAPL_SET_UP, f"{ROLLOUT}.top_p=0.9"],
+            f"{ROLLOUT}.top_k/top_p",
+            "sample with top_k = -1 and top_p = 1",
+        ),
+        (
+            [*OAPL_SET_UP, "++trainer.v1.sampler.sampler_kwargs.sampling_weights=true"],
+            "sampler_kwargs.sampling_weights = True",
+            "move the target instead of weighting the row",
+        ),
     ],
 )
 def test_a_setting_verl_would_fail_on_or_not_honour_is_refused_by_name(
@@ -147,6 +177,7 @@ def test_a_setting_verl_would_fail_on_or_not_honour_is_refused_by_name(
             "algorithm.norm_adv_by_std_in_grpo=false",
             "++trainer.v1.sampler.sampler_kwargs.advantage=dr_grpo",
         ],
+        OAPL_SET_UP,  # the example's bypass mode and untruncated sampling
     ],
 )
 def test_what_the_checks_leave_alone_builds(tmp_path: Path, extra: list[str]) -> None:

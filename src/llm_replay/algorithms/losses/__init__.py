@@ -14,6 +14,7 @@
 | `m2po`          | M·r·A, no clip; M masks the top (log r)² tokens      | Zheng et al. 2025 (M2PO)      |
 | `exgrpo`        | fresh rows: grpo; replayed rows: f(r)·A, f(r) = r/(r+β), β = 0.1 | Zhan et al. 2025 (ExGRPO) |
 | `bapo`          | grpo's surrogate, bounds raised until positives carry ρ₀ = 0.4 | Xi et al. 2025 (BAPO) |
+| `oapl`          | (β·log(π_θ(y)/π_behav(y)) − A*)² per rollout, β = 1e-3, A* optimal | Ritter 2026 (OAPL) |
 
 Each loss's module says the rest (`base.py` says what a loss is). `build_loss(name, **knobs)` makes
 one; `policy_loss` applies it, weights rows and aggregates (`aggregation.py`); `describe_losses`
@@ -144,7 +145,14 @@ def loss_reports(name: str) -> frozenset[str]:
     import torch  # torch-free at import: the config reads this package
 
     logprobs = torch.tensor([[-1.0, -0.5, -2.0], [-0.2, -1.5, -0.7]])  # [2, 3]
-    inputs = LossInputs(logprobs, logprobs - 0.3, torch.tensor([1.0, -1.0]), torch.ones(2, 3))
+    inputs = LossInputs(
+        logprobs,
+        logprobs - 0.3,
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2, 3),
+        proximal_logprobs=logprobs - 0.1,
+        replayed=torch.tensor([False, True]),
+    )
     _, parts = build_loss(name)(inputs)
     return frozenset(loss_statistics(inputs, parts))
 

@@ -104,6 +104,11 @@ class Loss(ABC):
     advantage: ClassVar[str | None] = None  # the advantage estimator it requires
     trl_loss: ClassVar[str | None] = None  # ReplayGRPOTrainer's `replay_loss` for it
     reads_behaviour: ClassVar[bool] = True  # its gradient reads the behaviour log-probs
+    aggregation: ClassVar[str | None] = None  # the aggregation it requires, if any
+    # its loss sums the whole rollout's log-ratio (a token floored by top-k/top-p truncation
+    # would dominate it) and treats A as a regression target, not a weight (an option that
+    # rescales advantages would move the target instead of weighting the row)
+    regresses_sequence: ClassVar[bool] = False
 
     def __init__(self, settings: LossConfig | None = None) -> None:
         settings = settings if settings is not None else self.Config()

@@ -6,7 +6,9 @@ so β·log(π*/π_ref) = R − V*, and the loss regresses the sequence log-ratio
 π_ref the policy that generated the row (the lagged inference policy). The regression holds for
 rows of any age without an importance weight, which is why it suits replay; the regression's
 pull toward the generating policy is its trust region. The sequence loss is given to each of the
-rollout's tokens; use `sequence_mean` aggregation to weight rollouts equally, as the paper does.
+rollout's tokens, so it needs `sequence_mean` aggregation (each rollout weighs the same, as in the
+paper), and it refuses top-k/top-p truncation (a token outside the nucleus has its log-prob
+floored, which would dominate the sequence's sum).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ class OAPLConfig(LossConfig):
 
     def check(self) -> None:
         if not (math.isfinite(self.beta) and self.beta > 0):
-            raise LossConfigError(f"beta = {self.beta!r}: must be positive")
+            raise LossConfigError(f"beta = {self.beta!r}: must be finite and > 0")
 
 
 @register_loss
@@ -44,6 +46,8 @@ class OAPL(Loss):
     paper = "Ritter et al. 2026 (OAPL), arXiv 2602.19362"
     Config = OAPLConfig
     advantage = "optimal"
+    aggregation = "sequence_mean"
+    regresses_sequence = True
 
     def __call__(self, x: LossInputs) -> tuple[Tensor, dict[str, Tensor]]:
         assert isinstance(self.settings, OAPLConfig)

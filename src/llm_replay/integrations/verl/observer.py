@@ -186,7 +186,7 @@ def observe_updates(trainer: Any, callback: UpdateCallback) -> bool:
         rows = sum(not tag.get("is_padding", False) for tag in call["batch"].tags)
         callback(call["metrics"], seconds, rows)
 
-    if wrap_method(trainer, "_update_actor", heard):
+    if wrap_method(trainer, "_update_actor", heard, key="actor metrics"):
         return True
     log.warning(
         "llm-replay sampler: verl's trainer has no _update_actor to observe; the method's "

@@ -124,6 +124,45 @@ def loss_gets_its_advantages(run: VerlRun) -> Iterator[str]:
         yield f"{PREFIX}.advantage = {run.advantage!r}: loss_mode {mode} expects {needed!r} advantages"
 
 
+VERL_AGGREGATION = {"sequence_mean": "seq-mean-token-mean", "token_mean": "token-mean"}
+
+
+def sequence_regression_is_set_up(run: VerlRun) -> Iterator[str]:
+    """A loss that regresses a rollout's summed log-ratio onto its advantage (`oapl`): verl must
+    average it per rollout, take the ratio against the policy that generated the row, sample
+    without truncation, and leave the advantage unweighted (it is the regression's target)."""
+    mode = str(run.get("actor_rollout_ref.actor.policy_loss.loss_mode") or "")
+    loss = LOSSES.get(mode.removeprefix("llm_replay_")) if mode.startswith("llm_replay_") else None
+    if loss is None or not loss.regresses_sequence:
+        return
+    wanted = VERL_AGGREGATION.get(loss.aggregation or "")
+    given = run.get("actor_rollout_ref.actor.loss_agg_mode")
+    if wanted is not None and str(given or "token-mean") != wanted:
+        yield (
+            f"actor_rollout_ref.actor.loss_agg_mode = {given!r}: loss_mode {mode} is one value "
+            f"per rollout given to each of its tokens; set it to {wanted!r}"
+        )
+    if not run.get("algorithm.rollout_correction.bypass_mode"):
+        yield (
+            f"algorithm.rollout_correction.bypass_mode: loss_mode {mode} regresses the log-ratio "
+            "against the policy that generated each row, which verl's old_log_prob is only in "
+            "bypass mode (an importance weight would also multiply a squared loss); set it to true"
+        )
+    top_k = _count(run.get("actor_rollout_ref.rollout.top_k"))
+    top_p = run.get("actor_rollout_ref.rollout.top_p")
+    if (top_k is not None and top_k > 0) or (top_p is not None and float(top_p) < 1):
+        yield (
+            f"actor_rollout_ref.rollout.top_k/top_p: loss_mode {mode} sums each rollout's "
+            "log-ratio, and a token sampled from a truncated distribution would dominate it; "
+            "sample with top_k = -1 and top_p = 1"
+        )
+    if run.get(f"{KWARGS}.sampling_weights"):
+        yield (
+            f"{PREFIX}.sampling_weights = True: loss_mode {mode} regresses onto the advantage, "
+            "so scaling it would move the target instead of weighting the row; leave it false"
+        )
+
+
 def estimator_is_ours(run: VerlRun) -> Iterator[str]:
     estimator = run.get("algorithm.adv_estimator")
     if estimator is not None and str(estimator) != "llm_replay":
@@ -290,6 +329,7 @@ def one_pass_over_each_row(run: VerlRun) -> Iterator[str]:
 CHECKS: tuple[Check, ...] = (
     loss_is_the_recipes,
     loss_gets_its_advantages,
+    sequence_regression_is_set_up,
     estimator_is_ours,
     replayed_rows_keep_log_probs,
     replayed_rows_are_corrected,
