@@ -86,6 +86,10 @@ OAPL = ["algorithm.loss=oapl", "algorithm.advantage=optimal", "algorithm.aggrega
             r"algorithm\.loss = 'oapl': not with generation\.top_k/top_p truncation",
         ),
         (
+            [*OAPL, "algorithm.token_control=clip_cov"],
+            r"algorithm\.token_control = 'clip_cov': not with algorithm\.loss = 'oapl'",
+        ),
+        (
             [*OAPL, "replay.method=positive", "replay.balance.enabled=true"],
             r"replay\.balance: not with algorithm\.loss = 'oapl', which regresses onto",
         ),

@@ -423,6 +423,12 @@ class Config:
                 "outside the nucleus has its log-prob floored, which would dominate the "
                 "rollout's summed log-ratio)"
             )
+        if self.algorithm.token_controls().stops_gradient:
+            raise ConfigError(
+                f"algorithm.token_control = {self.algorithm.token_control!r}: not with "
+                f"algorithm.loss = {loss!r}, whose loss is one value per rollout given to each "
+                "token, so stopping one token's gradient would drop a share of the whole rollout's"
+            )
         options = dict(self.replay.enabled_options())
         stale = options.get("stale_rewards")
         rescaling = [
