@@ -18,6 +18,11 @@ from llm_replay.algorithms.head_gate import HeadGate
 from llm_replay.algorithms.losses import LOSSES, Loss, LossConfig, loss_class
 from llm_replay.algorithms.token_control import TokenControl, TokenControlError
 from llm_replay.config import recipes
+from llm_replay.config.combinations import (
+    check_mixture,
+    check_preference,
+    check_sequence_regression,
+)
 from llm_replay.config.files import find_config, read_layered
 from llm_replay.config.mixture import ReplayTasksConfig
 from llm_replay.config.parse import (
@@ -395,9 +400,9 @@ class Config:
         if refusal is not None:
             raise ConfigError(refusal)
         if self.task.kind == "mixture":
-            self._check_mixture()
+            check_mixture(self)
         if self.preference.enabled:
-            self._check_preference()
+            check_preference(self)
         guard = self.replay.knob_reading("replay_cosine")
         if guard is not None and self.algorithm.token_control == "clip_cov":
             raise ConfigError(
@@ -406,89 +411,13 @@ class Config:
                 "the unsplit batch's; KL-Cov's choice is anchored on the whole batch)"
             )
         if loss_class(self.algorithm.loss).regresses_sequence:
-            self._check_sequence_regression()
+            check_sequence_regression(self)
         adaptive_refusal = ADAPTIVE_REFUSED.get(self.replay.method)
         if self.generation.adaptive.enabled and adaptive_refusal:
             raise ConfigError(
                 f"generation.adaptive.enabled: not with replay.method = {self.replay.method!r} "
                 f"({adaptive_refusal})"
             )
-
-    def _check_sequence_regression(self) -> None:
-        """A loss that regresses a rollout's summed log-ratio onto its advantage (`oapl`)."""
-        loss, g = self.algorithm.loss, self.generation
-        if g.top_k or g.top_p < 1:
-            raise ConfigError(
-                f"algorithm.loss = {loss!r}: not with generation.top_k/top_p truncation (a token "
-                "outside the nucleus has its log-prob floored, which would dominate the "
-                "rollout's summed log-ratio)"
-            )
-        if self.algorithm.token_controls().stops_gradient:
-            raise ConfigError(
-                f"algorithm.token_control = {self.algorithm.token_control!r}: not with "
-                f"algorithm.loss = {loss!r}, whose loss is one value per rollout given to each "
-                "token, so stopping one token's gradient would drop a share of the whole rollout's"
-            )
-        options = dict(self.replay.enabled_options())
-        stale = options.get("stale_rewards")
-        rescaling = [
-            name
-            for name, on in (
-                ("replay.balance", "balance" in options),
-                (
-                    "replay.stale_rewards.policy = 'discount'",
-                    getattr(stale, "policy", None) == "discount",
-                ),
-            )
-            if on
-        ]
-        if rescaling:
-            raise ConfigError(
-                f"{rescaling[0]}: not with algorithm.loss = {loss!r}, which regresses onto the "
-                "advantage rather than weighting by it, so rescaling a row's advantage would move "
-                "its target instead of its weight"
-            )
-
-    def _check_preference(self) -> None:
-        p = self.preference
-        if self.replay.method != "on_policy" or self.replay.enabled_options():
-            raise ConfigError(
-                f"replay.method = {self.replay.method!r}: preference runs replay pairs through "
-                "preference.replay; leave replay.method at on_policy without options"
-            )
-        g = self.generation
-        if g.adaptive.enabled:
-            raise ConfigError(
-                "generation.adaptive.enabled: not with preference.enabled (pairs are made from "
-                "whole groups of generation.group_size)"
-            )
-        if self.algorithm.head_gate:
-            raise ConfigError(
-                "algorithm.head_gate: not with preference.enabled (the pair step takes its own "
-                "optimizer steps)"
-            )
-        if p.correction == "truncated_is" and (g.top_k or g.top_p < 1):
-            raise ConfigError(
-                "preference.correction = 'truncated_is': not with generation.top_k/top_p "
-                "truncation (the behaviour log-probs are of the truncated distribution, a pair's "
-                "sequence log-probs of the full one)"
-            )
-        if p.annotator == "reward_model" and self.task.reward != "model":
-            raise ConfigError(
-                "preference.annotator = 'reward_model': set task.reward=model and "
-                "reward_model.path (the judge is the run's reward model, refreshes included)"
-            )
-
-    def _check_mixture(self) -> None:
-        """One generation length serves every member: it must fit each one's longest answer."""
-        limit = self.generation.max_new_tokens
-        for member in self.task.mixture_members:
-            if member.answer_tokens is not None and member.answer_tokens > limit:
-                raise ConfigError(
-                    f"generation.max_new_tokens = {limit}: task.members.{member.name} needs "
-                    f"{member.answer_tokens} (its longest answer and EOS); raise it to the "
-                    "members' largest"
-                )
 
     @property
     def run_dir(self) -> Path:
