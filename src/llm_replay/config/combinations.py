@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 def check_sequence_regression(config: Config) -> None:
     """A loss that regresses a rollout's summed log-ratio onto its advantage (`oapl`)."""
-    loss, g = config.algorithm.loss, config.generation
-    if g.top_k or g.top_p < 1:
+    loss = config.algorithm.loss
+    if config.generation.truncates:
         raise ConfigError(
             f"algorithm.loss = {loss!r}: not with generation.top_k/top_p truncation (a token "
             "outside the nucleus has its log-prob floored, which would dominate the "
@@ -32,21 +32,14 @@ def check_sequence_regression(config: Config) -> None:
             "token, so stopping one token's gradient would drop a share of the whole rollout's"
         )
     options = dict(config.replay.enabled_options())
-    stale = options.get("stale_rewards")
-    rescaling = [
-        name
-        for name, on in (
-            ("replay.balance", "balance" in options),
-            (
-                "replay.stale_rewards.policy = 'discount'",
-                getattr(stale, "policy", None) == "discount",
-            ),
-        )
-        if on
-    ]
-    if rescaling:
+    rescaling = None
+    if "balance" in options:
+        rescaling = "replay.balance"
+    elif getattr(options.get("stale_rewards"), "policy", None) == "discount":
+        rescaling = "replay.stale_rewards.policy = 'discount'"
+    if rescaling is not None:
         raise ConfigError(
-            f"{rescaling[0]}: not with algorithm.loss = {loss!r}, which regresses onto the "
+            f"{rescaling}: not with algorithm.loss = {loss!r}, which regresses onto the "
             "advantage rather than weighting by it, so rescaling a row's advantage would move "
             "its target instead of its weight"
         )
@@ -70,7 +63,7 @@ def check_preference(config: Config) -> None:
             "algorithm.head_gate: not with preference.enabled (the pair step takes its own "
             "optimizer steps)"
         )
-    if p.correction == "truncated_is" and (g.top_k or g.top_p < 1):
+    if p.correction == "truncated_is" and g.truncates:
         raise ConfigError(
             "preference.correction = 'truncated_is': not with generation.top_k/top_p "
             "truncation (the behaviour log-probs are of the truncated distribution, a pair's "

@@ -141,6 +141,12 @@ class GenerationConfig:
         factory=AdaptiveRolloutConfig,
     )
 
+    @property
+    def truncates(self) -> bool:
+        """Sampling is truncated by top-k or top-p: the behaviour log-probs are of the truncated
+        distribution, and the learner floors a token outside today's nucleus."""
+        return bool(self.top_k) or self.top_p < 1
+
     def check(self) -> None:
         check_positive("prompts_per_step", self.prompts_per_step)
         check_positive("dynamic_sampling_rounds", self.dynamic_sampling_rounds, zero_ok=True)

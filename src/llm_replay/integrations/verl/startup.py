@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from llm_replay.algorithms.losses import LOSSES
+from llm_replay.algorithms.losses import LOSSES, Loss
 from llm_replay.config.recipes import RECIPES
 from llm_replay.frontend.settings import lookup
 from llm_replay.methods.host import reads_measured_mu
@@ -99,6 +99,18 @@ class VerlRun:
     def get(self, dotted: str) -> Any:
         return lookup(self.root, dotted)
 
+    @property
+    def loss_mode(self) -> str:
+        return str(self.get("actor_rollout_ref.actor.policy_loss.loss_mode") or "")
+
+    @property
+    def our_loss(self) -> type[Loss] | None:
+        """The llm-replay loss `loss_mode` names (`llm_replay_<name>`), None for verl's own."""
+        mode = self.loss_mode
+        return (
+            LOSSES.get(mode.removeprefix("llm_replay_")) if mode.startswith("llm_replay_") else None
+        )
+
 
 Check = Callable[[VerlRun], Iterator[str]]
 
@@ -108,7 +120,7 @@ Check = Callable[[VerlRun], Iterator[str]]
 
 def loss_is_the_recipes(run: VerlRun) -> Iterator[str]:
     loss = None if run.recipe is None else RECIPES[run.recipe].loss
-    mode = str(run.get("actor_rollout_ref.actor.policy_loss.loss_mode") or "")
+    mode = run.loss_mode
     if loss is not None and mode != f"llm_replay_{loss}":
         yield (
             f"actor_rollout_ref.actor.policy_loss.loss_mode = {mode or None!r}: {PREFIX}.method "
@@ -117,11 +129,10 @@ def loss_is_the_recipes(run: VerlRun) -> Iterator[str]:
 
 
 def loss_gets_its_advantages(run: VerlRun) -> Iterator[str]:
-    mode = str(run.get("actor_rollout_ref.actor.policy_loss.loss_mode") or "")
-    loss = LOSSES.get(mode.removeprefix("llm_replay_")) if mode.startswith("llm_replay_") else None
+    loss = run.our_loss
     needed = None if loss is None else loss.advantage
     if needed is not None and needed != run.advantage:
-        yield f"{PREFIX}.advantage = {run.advantage!r}: loss_mode {mode} expects {needed!r} advantages"
+        yield f"{PREFIX}.advantage = {run.advantage!r}: loss_mode {run.loss_mode} expects {needed!r} advantages"
 
 
 VERL_AGGREGATION = {"sequence_mean": "seq-mean-token-mean", "token_mean": "token-mean"}
@@ -131,8 +142,7 @@ def sequence_regression_is_set_up(run: VerlRun) -> Iterator[str]:
     """A loss that regresses a rollout's summed log-ratio onto its advantage (`oapl`): verl must
     average it per rollout, take the ratio against the policy that generated the row, sample
     without truncation, and leave the advantage unweighted (it is the regression's target)."""
-    mode = str(run.get("actor_rollout_ref.actor.policy_loss.loss_mode") or "")
-    loss = LOSSES.get(mode.removeprefix("llm_replay_")) if mode.startswith("llm_replay_") else None
+    loss, mode = run.our_loss, run.loss_mode
     if loss is None or not loss.regresses_sequence:
         return
     wanted = VERL_AGGREGATION.get(loss.aggregation or "")
