@@ -41,3 +41,19 @@ def test_a_preference_run_is_refused_by_the_asynchronous_runtimes() -> None:
         with pytest.raises(ConfigError, match=rf"preference\.enabled = true: runtime={runtime}"):
             load_config("dpo", [f"runtime={runtime}"])
     assert RUNTIMES["sync"].refusal(load_config("dpo")) is None
+
+
+def test_each_runtime_names_the_trainer_that_runs_it() -> None:
+    """`runtime.build_trainer` imports what the runtime object names, with no if-chain of its
+    own; the sync runtime hands a preference run to the preference loop."""
+    import importlib
+
+    from llm_replay.runtime.loop import RunLoop
+
+    plain, pairs = load_config("on_policy"), load_config("dpo")
+    named = {RUNTIMES[r].trainer(plain) for r in RUNTIMES} | {RUNTIMES["sync"].trainer(pairs)}
+    assert len(named) == 4
+    for path in named:
+        module, name = path.split(":")
+        assert issubclass(getattr(importlib.import_module(module), name), RunLoop), path
+    assert RUNTIMES["sync"].trainer(pairs).endswith(":PreferenceTrainer")

@@ -25,10 +25,16 @@ if TYPE_CHECKING:
 
 
 class Runtime:
-    """A runtime's refusals (`refusals(config)`, each a one-line error naming its field)."""
+    """A runtime's refusals (`refusals(config)`, each a one-line error naming its field), and
+    the trainer that runs it (`trainer(config)`, a `module:Class` path, imported only by
+    `runtime.build_trainer`, since the config sits below the trainers)."""
 
     name: ClassVar[str]
     description: ClassVar[str]
+    trainer_path: ClassVar[str]
+
+    def trainer(self, config: Config) -> str:
+        return self.trainer_path
 
     def refusals(self, config: Config) -> Iterator[str]:
         yield from self._shards(config)
@@ -48,11 +54,19 @@ class Runtime:
 class Sync(Runtime):
     name = "sync"
     description = "one process, deterministic"
+    trainer_path = "llm_replay.runtime.sync:SyncTrainer"
+
+    def trainer(self, config: Config) -> str:
+        """The preference loop is the sync loop over annotated pairs (`runtime.preference`)."""
+        if config.preference.enabled:
+            return "llm_replay.runtime.preference:PreferenceTrainer"
+        return self.trainer_path
 
 
 class Threaded(Runtime):
     name = "threaded"
     description = "generation workers in threads beside the learner"
+    trainer_path = "llm_replay.runtime.threaded:ThreadedTrainer"
 
     def refusals(self, config: Config) -> Iterator[str]:
         yield from self._shards(config)
@@ -113,6 +127,7 @@ class Threaded(Runtime):
 class Ray(Threaded):
     name = "ray"
     description = "Ray actors: generation workers, the learner and the table, on a cluster"
+    trainer_path = "llm_replay.runtime.ray:RayTrainer"
 
     def refusals(self, config: Config) -> Iterator[str]:
         yield from self._sharded_method(config)

@@ -7,6 +7,8 @@ The trainers are imported when first used, so that the torch-free parts (`runtim
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,22 +19,13 @@ if TYPE_CHECKING:
 
 
 def build_trainer(config: Config, *, run_dir: Path | None = None) -> RunLoop:
-    """The trainer for `config.runtime`: sync, threaded, or ray (needs `llm-replay[ray]`)."""
-    if config.runtime == "threaded":
-        from llm_replay.runtime.threaded import ThreadedTrainer
+    """The trainer `config.runtime` names (`config.runtimes`): sync (or the preference loop),
+    threaded, or ray (needs `llm-replay[ray]`)."""
+    from llm_replay.config.runtimes import RUNTIMES
 
-        return ThreadedTrainer(config, run_dir=run_dir)
-    if config.runtime == "ray":
-        from llm_replay.runtime.ray import RayTrainer
-
-        return RayTrainer(config, run_dir=run_dir)
-    if config.preference.enabled:
-        from llm_replay.runtime.preference import PreferenceTrainer
-
-        return PreferenceTrainer(config, run_dir=run_dir)
-    from llm_replay.runtime.sync import SyncTrainer
-
-    return SyncTrainer(config, run_dir=run_dir)
+    module, name = RUNTIMES[config.runtime].trainer(config).split(":")
+    trainer: Callable[..., RunLoop] = getattr(importlib.import_module(module), name)
+    return trainer(config, run_dir=run_dir)
 
 
 def __getattr__(name: str) -> Any:
