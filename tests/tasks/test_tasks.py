@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -16,7 +17,7 @@ from llm_replay.tasks import (
     TaskError,
     math_verify_reward,
 )
-from llm_replay.tasks.builtin import chain_sum_task
+from llm_replay.tasks.builtin import BUILTIN_TASKS, chain_sum_task
 
 
 def test_chain_sum_splits_are_disjoint_and_compact() -> None:
@@ -43,6 +44,30 @@ def test_other_reasoning_gym_datasets_load() -> None:
         task = ReasoningGymTask(name, train_size=50, eval_size=10)
         assert task.train and task.eval
         assert task.score(task.eval[0].answer, task.eval[0]) == 1.0
+
+
+def test_strip_spaces_strips_the_reference_answer_too() -> None:
+    """countdown's references read `8 + 7 - 4`: the warm start's targets must be the answers a
+    prompt without spaces asks for, or a completion spends its tokens on spaces."""
+    spec = dict(BUILTIN_TASKS["countdown"])
+    spec.pop("dataset")
+    task = ReasoningGymTask("countdown", train_size=200, eval_size=20, **spec)
+    spaced = ReasoningGymTask("countdown", **{**spec, "strip_spaces": False}, train_size=200)
+    assert all(" " not in p.answer for p in task.train)
+    assert any(" " in p.answer for p in spaced.train)
+    problem = task.eval[0]
+    entry = problem.metadata["entry"]["metadata"]
+    numbers, target = entry["numbers"], entry["target"]
+    assert problem.prompt == f"[{','.join(map(str, numbers))}]>{target}="
+    assert task.score(problem.answer, problem) == 1.0
+    expressions = (
+        f"{a}{x}{b}{y}{c}"
+        for a, b, c in itertools.permutations(numbers)
+        for x, y in itertools.product("+-*", repeat=2)
+    )
+    right = [e for e in expressions if eval(e) == target and e != problem.answer]
+    assert right and task.score(right[0], problem) == 1.0  # several right answers score
+    assert task.score(f"{target}", problem) < 1.0  # the target alone uses no number
 
 
 def write_jsonl(path: Path, rows: list[object]) -> Path:

@@ -71,7 +71,7 @@ class TaskConfig:
     prompt_template: str = setting(
         "{expression}=", "the model-facing prompt, formatted from the entry's fields"
     )
-    strip_spaces: bool = setting(True, "remove spaces from the formatted prompts")
+    strip_spaces: bool = setting(True, "remove spaces from the formatted prompts and answers")
     seed: int = setting(1, "the train split's sampling seed (and a dataset file's split salt)")
     eval_seed: int = setting(2, "the eval split's sampling seed")
     train_size: int = setting(20_000, "train problems drawn (repeats kept)")

@@ -33,6 +33,10 @@ that it transfers (issue #38), with models built the same way:
   uses exactly the given 3–7 letters, as `['g','g','j','j','w']>` → `gjwjg` or `jgwgj`; every
   arrangement that reads the same both ways scores, so pass@k can gain from diversity where the
   suite's other tasks each have one right answer. Added after `auto` and the #53 sweep were fixed.
+- `countdown` (search with many right answers, issue #53): reach a target of 1–30 from three
+  numbers of 1–9 with `+`, `-` and `*`, each number used once, as `[4,7,8]>11=` → `8+7-4` or
+  `7-4+8` (about four right expressions a problem, from one to ten). The kind of task #53 found
+  `auto` trailing on-policy on from the start; added to see whether the anneal's guard notices.
 
 `PENDING_TASKS` holds two more (`base_conversion`, algorithmic; `caesar_cipher`, string
 manipulation) whose models are not shipped yet.
@@ -105,6 +109,19 @@ HELD_OUT_TASKS: dict[str, dict[str, Any]] = {  # never used to choose a default
     "palindrome_generation": _suite_task(
         "palindrome_generation", {"min_length": 3, "max_length": 7}, "{letters}>"
     ),
+    "countdown": _suite_task(
+        "countdown",
+        {
+            "min_numbers": 3,
+            "max_numbers": 3,
+            "min_value": 1,
+            "max_value": 9,
+            "min_target": 1,
+            "max_target": 30,
+            "operators": ["+", "-", "*"],
+        },
+        "{numbers}>{target}=",
+    ),
 }
 
 PENDING_TASKS: dict[str, dict[str, Any]] = {  # specs whose models are not shipped yet
@@ -144,6 +161,7 @@ ANSWER_TOKENS: dict[str, int] = {
     "simple_equations": 5,
     "count_primes": 4,
     "palindrome_generation": 10,
+    "countdown": 10,
 }
 
 

@@ -101,9 +101,10 @@ class ReasoningGymTask(SplitTask):
     def _problem(self, entry: Mapping[str, Any]) -> Problem:
         metadata = dict(entry.get("metadata", {}))
         prompt = self._template.format(question=entry["question"], **metadata)
+        answer = str(entry["answer"])
         if self._strip:
-            prompt = prompt.replace(" ", "")
-        return Problem(prompt, str(entry["answer"]), {"entry": dict(entry)})
+            prompt, answer = prompt.replace(" ", ""), answer.replace(" ", "")
+        return Problem(prompt, answer, {"entry": dict(entry)})
 
     def score(self, completion: str, problem: Problem) -> float:
         return float(self._scorer.score_answer(completion.strip(), problem.metadata["entry"]))
