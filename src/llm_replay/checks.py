@@ -43,6 +43,16 @@ def number(
     return float(value)
 
 
+def positive(
+    name: str, value: float, *, zero_ok: bool = False, error: type[ValueError] = ValueError
+) -> float:
+    """`value` finite and > 0 (>= 0 with `zero_ok`), for a value already known to be a number."""
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        bound = ">= 0" if zero_ok else "> 0"
+        raise error(f"{name} = {value!r}: must be finite and {bound}")
+    return value
+
+
 def boolean(name: str, value: Any, *, error: type[ValueError] = ValueError) -> bool:
     if not isinstance(value, bool):
         raise error(f"{name} = {value!r}: must be true or false")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from llm_replay.checks import boolean, integer, number
+from llm_replay.checks import boolean, integer, number, positive
 from llm_replay.config.parse import ConfigError
 from llm_replay.config.recipes import RECIPES
 from llm_replay.frontend.settings import (
@@ -15,6 +15,7 @@ from llm_replay.frontend.settings import (
     refuse_beyond_replay,
     resolve_method,
 )
+from llm_replay.methods import MethodConfigError
 
 
 @pytest.mark.parametrize("value", [{"capacity": 8}, '{"capacity": 8}'])
@@ -76,3 +77,7 @@ def test_the_check_helpers_name_the_field_and_raise_the_callers_error() -> None:
             number("x", bad, positive=True)
     with pytest.raises(ValueError, match=r"^flag = 'yes': must be true or false"):
         boolean("flag", "yes")
+    assert positive("p", 0.0, zero_ok=True) == 0.0
+    for bad, zero_ok in ((0.0, False), (-1.0, True), (float("nan"), True)):
+        with pytest.raises(MethodConfigError, match=r"^p = .*: must be finite and >"):
+            positive("p", bad, zero_ok=zero_ok, error=MethodConfigError)

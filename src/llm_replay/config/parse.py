@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import re
 import types
 import typing
@@ -20,6 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
+from llm_replay import checks
 from llm_replay.algorithms.losses import LossConfigError
 from llm_replay.methods import MethodConfigError
 from llm_replay.near_miss import closest as closest
@@ -217,9 +217,7 @@ def deep_copy(data: Any) -> Any:
 
 def check_positive(key: str, value: float, *, zero_ok: bool = False) -> None:
     """ConfigError naming `key` unless `value` is finite and > 0 (>= 0 with `zero_ok`)."""
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
-        raise ConfigError(f"{key} = {value!r}: must be finite and {bound}")
+    checks.positive(key, value, zero_ok=zero_ok, error=ConfigError)
 
 
 REPLACED_WHOLE = {("task", "params"), ("task", "members")}

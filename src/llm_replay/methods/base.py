@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 
 import numpy as np
 
+from llm_replay import checks
 from llm_replay.buffer import ReplayTable, Sample
 from llm_replay.buffer.task_parts import TaskParts
 from llm_replay.data.batch import RolloutBatch
@@ -61,9 +62,7 @@ class MethodConfigError(ValueError):
 
 
 def positive(name: str, value: float, *, zero_ok: bool = False) -> None:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        bound = ">= 0" if zero_ok else "> 0"
-        raise MethodConfigError(f"{name} = {value!r}: must be finite and {bound}")
+    checks.positive(name, value, zero_ok=zero_ok, error=MethodConfigError)
 
 
 def knob(default: Any, help: str) -> Any:
