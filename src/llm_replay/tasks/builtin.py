@@ -35,8 +35,8 @@ that it transfers (issue #38), with models built the same way:
   suite's other tasks each have one right answer. Added after `auto` and the #53 sweep were fixed.
 - `countdown` (search with many right answers, issue #53): reach a target of 1–30 from three
   numbers of 1–9 with `+`, `-` and `*`, each number used once, as `[4,7,8]>11=` → `8+7-4` or
-  `7-4+8` (about four right expressions a problem, from one to ten). The kind of task #53 found
-  `auto` trailing on-policy on from the start; added to see whether the anneal's guard notices.
+  `7-4+8` (about four right expressions a problem, from one to ten). #53 reported `auto`
+  trailing on-policy on a task of this kind; added to read that and the anneal's guard there.
 
 `PENDING_TASKS` holds two more (`base_conversion`, algorithmic; `caesar_cipher`, string
 manipulation) whose models are not shipped yet.
