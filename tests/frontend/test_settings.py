@@ -3,6 +3,8 @@ recipes resolved by the registry, a recipe's parts under the user's, every bad f
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from llm_replay.checks import boolean, integer, number, positive
@@ -13,6 +15,7 @@ from llm_replay.frontend.settings import (
     default_advantage,
     recipe_over,
     refuse_beyond_replay,
+    refuse_rescoring,
     resolve_method,
 )
 from llm_replay.methods import MethodConfigError
@@ -81,3 +84,13 @@ def test_the_check_helpers_name_the_field_and_raise_the_callers_error() -> None:
     for bad, zero_ok in ((0.0, False), (-1.0, True), (float("nan"), True)):
         with pytest.raises(MethodConfigError, match=r"^p = .*: must be finite and >"):
             positive("p", bad, zero_ok=zero_ok, error=MethodConfigError)
+
+
+def test_a_trainer_without_a_reward_model_refuses_rescoring_by_name() -> None:
+    def options(policy: str) -> Any:
+        knobs = {"stale_rewards": {"enabled": True, "policy": policy}}
+        return resolve_method("uniform", knobs, "kw", method_field="kw.method")[0].options
+
+    refuse_rescoring(options("discount"), "kw", "this trainer")
+    with pytest.raises(ConfigError, match=r"^kw\.stale_rewards\.policy = 'rescore': this trainer"):
+        refuse_rescoring(options("rescore"), "kw", "this trainer")

@@ -58,14 +58,9 @@ def test_a_reward_model_in_reward_funcs_replays_with_its_version(tmp_path: Path)
 
 
 def test_rescoring_is_refused_by_name_without_a_reward_model_of_its_own(tmp_path: Path) -> None:
+    """Refused with the settings, before a model is loaded (it used to be the trainer's)."""
     knobs = {"capacity": 64, "stale_rewards": {"enabled": True, "policy": "rescore"}}
-    config = ReplayGRPOConfig(**settings(tmp_path), replay_method="uniform", replay_knobs=knobs)
-    model, tokenizer = load_policy("builtin:tiny-chain-sum", device="cpu", dtype="float32")
     with pytest.raises(ValueError, match=r"replay_knobs\.stale_rewards\.policy = 'rescore'"):
-        ReplayGRPOTrainer(
-            model=model,
-            reward_funcs=lambda completions, **_: [0.0] * len(completions),
-            args=config,
-            train_dataset=DATASET,
-            processing_class=tokenizer,
-        )
+        ReplayGRPOConfig(**settings(tmp_path), replay_method="uniform", replay_knobs=knobs)
+    knobs["stale_rewards"]["policy"] = "discount"
+    ReplayGRPOConfig(**settings(tmp_path), replay_method="uniform", replay_knobs=knobs)

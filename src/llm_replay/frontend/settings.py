@@ -16,7 +16,8 @@ from typing import Any
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
 from llm_replay.config.recipes import RECIPES, Recipe
-from llm_replay.methods import METHODS
+from llm_replay.methods import METHODS, OptionConfig
+from llm_replay.methods.host import needs_reward_model
 
 
 def as_mapping(value: Any, where: str, what: str = "setting") -> dict[str, Any]:
@@ -84,6 +85,17 @@ def refuse_beyond_replay(recipe: Recipe | None, field: str, trainer: str) -> Non
         f"which {trainer} does not run, so it would not be the method measured under that name"
         + (f"; method={alone[0]} is its replay and loss alone" if alone else "")
     )
+
+
+def refuse_rescoring(options: Mapping[str, OptionConfig], prefix: str, trainer: str) -> None:
+    """A trainer that scores rollouts with its own reward functions lends no reward model to
+    re-score stored rows with, so an option set to (`stale_rewards.policy = 'rescore'`) is
+    refused before the run starts, not at its first stale round."""
+    for setting in needs_reward_model(options):
+        raise ConfigError(
+            f"{prefix}.{setting}: {trainer} has no reward model of its own to re-score with; "
+            "keep, evict or discount stale rows instead"
+        )
 
 
 def default_advantage(recipe: Recipe | None) -> str:

@@ -434,6 +434,13 @@ class MethodOption(ABC, Generic[OptionT]):
         so a front end must know the run's length before the first round."""
         return False
 
+    @classmethod
+    def needs_reward_model(cls, settings: OptionConfig) -> str | None:
+        """The setting (`policy = 'rescore'`) with which the option re-scores stored rows with
+        the run's reward model (`context.services.stored_rewards`, which a front end must
+        lend), or None."""
+        return None
+
     def bind(self, method: ReplayMethod[Any]) -> None:
         """The method this option serves (the pipeline calls it once, after `refusal`)."""
         self._method = method

@@ -100,6 +100,13 @@ def reads_measured_mu(method: str, settings: MethodConfig) -> bool:
     return method_class(method).reads_measured_mu(settings)
 
 
+def needs_reward_model(options: Mapping[str, OptionConfig] | None = None) -> list[str]:
+    """`option.setting` for each enabled option set to re-score stored rows with the run's
+    reward model (`stale_rewards.policy = 'rescore'`)."""
+    found = ((n, OPTIONS[n].needs_reward_model(o)) for n, o in (options or {}).items() if o.enabled)
+    return [f"{name}.{setting}" for name, setting in found if setting is not None]
+
+
 def follows_progress(options: Mapping[str, OptionConfig] | None = None) -> bool:
     """Whether an option turned on needs the run's length (the anneal schedule, as in `auto`)."""
     return any(OPTIONS[name].needs_progress(o) for name, o in (options or {}).items() if o.enabled)

@@ -46,6 +46,10 @@ def build(kwargs: Any, mode: str = "sync") -> ReplaySampler:
             {"method": "uniform", "zero_variance": {"enabled": True}},
             r"sampler_kwargs\.zero_variance\.enabled",
         ),
+        (
+            {"method": "uniform", "stale_rewards": {"enabled": True, "policy": "rescore"}},
+            r"sampler_kwargs\.stale_rewards\.policy = 'rescore': verl's trainer has no reward",
+        ),
     ],
 )
 def test_bad_sampler_kwargs_name_the_knob(kwargs: dict[str, Any], message: str) -> None:

@@ -23,7 +23,12 @@ from llm_replay.config.parse import ConfigError, build
 from llm_replay.config.prompts import AdaptiveRolloutConfig
 from llm_replay.config.recipes import RECIPES, Recipe
 from llm_replay.frontend.metric_map import NOT_REPORTED, unreported_readings
-from llm_replay.frontend.settings import as_mapping, recipe_over, resolve_method
+from llm_replay.frontend.settings import (
+    as_mapping,
+    recipe_over,
+    refuse_rescoring,
+    resolve_method,
+)
 from llm_replay.frontend.token_control import control_from
 from llm_replay.integrations.trl.callbacks import TRL_REPORTS
 from llm_replay.integrations.trl.token_control import LOSS_TYPES
@@ -124,6 +129,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
                 f"num_iterations = {self.num_iterations}: the replay method schedules reuse; "
                 "set replay_knobs.replay_ratio instead"
             )
+        refuse_rescoring(self.replay.options, "replay_knobs", "ReplayGRPOTrainer")
         self.adaptive = self.adaptive_config()
         self.token_control = self.token_control_config()
         refused, silent = unreported_readings(self.replay.options, TRL_REPORTS)

@@ -113,13 +113,6 @@ class ReplayGRPOTrainer(TrainerCheckpoints, GRPOTrainer):  # type: ignore[misc]
             "replay_knobs.pool_path (phase I is then skipped)",
         )
         self.pipeline = self.host.pipeline
-        stale = a.replay.options.get("stale_rewards")
-        if stale is not None and stale.enabled and getattr(stale, "policy", None) == "rescore":
-            raise ValueError(
-                "replay_knobs.stale_rewards.policy = 'rescore': ReplayGRPOTrainer has no reward "
-                "model of its own to re-score with; use 'evict' or 'discount' with "
-                "set_reward_version"
-            )
         self.meter = ComputeMeter(parameters=sum(p.numel() for p in self.model.parameters()))
         self.adaptive: AdaptiveRollouts | None = None
         if a.adaptive.enabled:

@@ -20,6 +20,7 @@ from llm_replay.frontend.settings import (
     default_advantage,
     lookup_int,
     refuse_beyond_replay,
+    refuse_rescoring,
     resolve_method,
 )
 from llm_replay.integrations.verl.startup import PREFIX
@@ -76,6 +77,7 @@ class SamplerSettings:
             data["method"], data, PREFIX, method_field=f"{PREFIX}.method"
         )
         refuse_beyond_replay(recipe, f"{PREFIX}.method", NOT_RUN)
+        refuse_rescoring(replay.options, PREFIX, "verl's trainer")
         threshold = number(
             f"{PREFIX}.correct_threshold", own.get("correct_threshold", 1.0), error=ConfigError
         )

@@ -83,6 +83,10 @@ class StaleRewards(MethodOption[StaleRewardsConfig]):
         self.discount: float | None = None
 
     @classmethod
+    def needs_reward_model(cls, settings: OptionConfig) -> str | None:
+        return "policy = 'rescore'" if getattr(settings, "policy", None) == "rescore" else None
+
+    @classmethod
     def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
         if method.consumes_rollouts:
             return "it trains on each rollout once, so no stored reward is ever reused"
