@@ -91,10 +91,11 @@ def refuse_rescoring(options: Mapping[str, OptionConfig], prefix: str, trainer: 
     """A trainer that scores rollouts with its own reward functions lends no reward model to
     re-score stored rows with, so an option set to (`stale_rewards.policy = 'rescore'`) is
     refused before the run starts, not at its first stale round."""
-    for setting in needs_reward_model(options):
+    rescoring = needs_reward_model(options)
+    if rescoring:
         raise ConfigError(
-            f"{prefix}.{setting}: {trainer} has no reward model of its own to re-score with; "
-            "keep, evict or discount stale rows instead"
+            f"{prefix}.{rescoring[0]}: {trainer} has no reward model of its own to re-score "
+            "with; keep, evict or discount stale rows instead"
         )
 
 
