@@ -90,10 +90,15 @@ def test_the_reward_model_and_the_reward_go_together(tmp_path: Path, rm_dir: Pat
         tiny_config(None, tmp_path, "task.reward=model")
     with pytest.raises(ConfigError, match=r"reward_model\.path = .*task\.reward = 'score'"):
         tiny_config(None, tmp_path, f"reward_model.path={rm_dir}")
-    with pytest.raises(ConfigError, match="runtime=threaded does not carry a reward model"):
-        tiny_config(
-            None, tmp_path, "task.reward=model", f"reward_model.path={rm_dir}", "runtime=threaded"
-        )
+    for runtime in ("threaded", "ray"):  # the runtime object says so (config.runtimes)
+        with pytest.raises(ConfigError, match=f"runtime={runtime} does not carry a reward model"):
+            tiny_config(
+                None,
+                tmp_path,
+                "task.reward=model",
+                f"reward_model.path={rm_dir}",
+                f"runtime={runtime}",
+            )
     with pytest.raises(ConfigError, match=r"reward_model\.device = 'tpu'"):
         tiny_config(None, tmp_path, "reward_model.device=tpu")
     with pytest.raises(ConfigError, match=r"reward_model\.output = 'softmax'"):

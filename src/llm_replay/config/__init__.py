@@ -392,7 +392,6 @@ class Config:
             raise ConfigError(f"name = {self.name!r}: must be a non-empty name without '/'")
         check_reward_model_use(
             self.task.reward,
-            self.runtime,
             self.reward_model,
             stale_rewards="stale_rewards" in dict(self.replay.enabled_options()),
         )
@@ -404,7 +403,7 @@ class Config:
         if self.preference.enabled:
             check_preference(self)
         guard = self.replay.knob_reading("replay_cosine")
-        if guard is not None and self.algorithm.token_control == "clip_cov":
+        if guard is not None and self.algorithm.token_controls().chooses_at_random:
             raise ConfigError(
                 f"replay.{guard} = true: not with algorithm.token_control = 'clip_cov' (the "
                 "guard trains a batch in pieces, and Clip-Cov's random pick would differ from "

@@ -36,6 +36,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.config.parse import merged
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,11 @@ class Recipe:
     def token_control(self) -> dict[str, Any]:
         """The recipe's token control in `TokenControl`'s fields (TRL's `replay_token_control`);
         empty where it sets none."""
-        weighted = self.algorithm.get("positive_weight", 1.0) != 1.0
-        if self.algorithm.get("token_control", "off") == "off" and not weighted:
-            return {}
         fields = {"token_control": "mode", "control_rows": "rows", "control_fraction": "fraction"}
         fields |= {"control_coef": "coef", "control_low": "low", "control_high": "high"}
         fields |= {"positive_weight": "positive_weight"}
-        return {fields[k]: v for k, v in self.algorithm.items() if k in fields}
+        out = {fields[k]: v for k, v in self.algorithm.items() if k in fields}
+        return out if TokenControl(**out).active else {}
 
     def adaptive(self) -> dict[str, Any]:
         """The recipe's adaptive rollouts (`generation.adaptive`, TRL's `replay_adaptive`)."""

@@ -92,10 +92,10 @@ def check_reward_model_dir(path: str, field: str = "path") -> None:
 
 
 def check_reward_model_use(
-    reward: str, runtime: str, settings: RewardModelConfig, *, stale_rewards: bool = False
+    reward: str, settings: RewardModelConfig, *, stale_rewards: bool = False
 ) -> None:
-    """`task.reward = model` and `reward_model.path` go together, in the sync runtime; the
-    `stale_rewards` option needs them."""
+    """`task.reward = model` and `reward_model.path` go together; the `stale_rewards` option
+    needs them. Which runtimes carry a reward model is theirs to say (`config.runtimes`)."""
     learned = reward == "model"
     if stale_rewards and not learned:
         raise ConfigError(
@@ -108,9 +108,4 @@ def check_reward_model_use(
         raise ConfigError(
             f"reward_model.path = {settings.path!r}: set, but task.reward = {reward!r}; use "
             "task.reward=model to train on it"
-        )
-    if learned and runtime != "sync":
-        raise ConfigError(
-            f"task.reward = 'model': runtime={runtime} does not carry a reward model (and its "
-            "refreshes) to its workers yet; use runtime=sync"
         )

@@ -6,7 +6,7 @@ refusal is the run's error, naming its field. The trainers themselves live in `r
 the config); these are the config's view of them: what each can and cannot take.
 
 - `sync`: everything, except the sharded and durable tables that only Ray's table actors serve;
-- `threaded`: no preference loop, no dynamic sampling or prompt skipping, no head gate, no
+- `threaded`: no learned reward model, no preference loop, no dynamic sampling or prompt skipping, no head gate, no
   `replay.init_from` into a table the workers fill, a method that runs asynchronously, and a
   limiter band that cannot deadlock; and no sharded tables;
 - `ray`: as threaded, and sharded or durable tables only for a method whose table the workers
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, ClassVar
 
-from llm_replay.methods.pipeline import async_mode
+from llm_replay.methods.pipeline import workers_fill_table
 
 if TYPE_CHECKING:
     from llm_replay.config import Config
@@ -73,6 +73,11 @@ class Threaded(Runtime):
         yield from self._asynchronous(config)
 
     def _asynchronous(self, config: Config) -> Iterator[str]:
+        if config.task.reward == "model":
+            yield (
+                f"task.reward = 'model': runtime={self.name} does not carry a reward model (and "
+                "its refreshes) to its workers yet; use runtime=sync"
+            )
         if config.preference.enabled:
             yield (
                 f"preference.enabled = true: runtime={self.name} does not train on pairs yet; "
@@ -103,8 +108,8 @@ class Threaded(Runtime):
                 "generate ahead of the learner, so a step has no rows of the weights it trains "
                 "and the guard would never read anything); use runtime=sync"
             )
-        mode = async_mode(method, bool(config.replay.enabled_options()))
-        if config.replay.init_from is not None and mode == "table":
+        fills_table = workers_fill_table(method, bool(config.replay.enabled_options()))
+        if config.replay.init_from is not None and fills_table:
             yield (
                 f"replay.init_from: runtime={self.name} feeds method "
                 f"{config.replay.method!r}'s table from the workers directly, which does not "
@@ -115,7 +120,7 @@ class Threaded(Runtime):
             + config.train.batch_size
         )
         buffer = config.workers.error_buffer
-        ratio_limited = mode == "table" and not method.consumes_rollouts
+        ratio_limited = fills_table and not method.consumes_rollouts
         if buffer is not None and ratio_limited and 2 * buffer < need:
             yield (
                 f"workers.error_buffer = {buffer:g}: the band (2 × error_buffer) must hold "
@@ -137,9 +142,9 @@ class Ray(Threaded):
         if not config.workers.sharded:
             return
         method = config.replay.method_class
-        mode = async_mode(method, bool(config.replay.enabled_options()))
-        if mode != "table" or method.consumes_rollouts:
-            what = "consumes each rollout once" if mode == "table" else "runs in rounds"
+        fills_table = workers_fill_table(method, bool(config.replay.enabled_options()))
+        if not fills_table or method.consumes_rollouts:
+            what = "consumes each rollout once" if fills_table else "runs in rounds"
             yield (
                 f"{_sharding(config)}: method {config.replay.method!r} {what} under "
                 "runtime=ray; sharded and durable tables serve the methods whose table the "

@@ -39,6 +39,12 @@ def async_mode(method: type[ReplayMethod[Any]], with_options: bool) -> AsyncMode
     return "rounds" if with_options else method.async_mode()
 
 
+def workers_fill_table(method: type[ReplayMethod[Any]], with_options: bool) -> bool:
+    """Whether the workers fill the method's table and the learner samples it at the replay
+    ratio (async mode "table"), as opposed to delivering whole rounds, for a runtime's refusals."""
+    return async_mode(method, with_options) == "table"
+
+
 class ReplayPipeline:
     def __init__(
         self, method: ReplayMethod[Any], options: Sequence[MethodOption[Any]] = ()

@@ -46,7 +46,7 @@ class PairReplay:
             raise ValueError(f"preference.replay = {mode!r}: choose {', '.join(MODES)}")
         self.mode = mode
         self.capacity = int(capacity)
-        weighting = "uniform" if mode == "none" else mode
+        weighting = "uniform" if self.mode == "none" else mode
         sampler = Pairs(weighting, half_life=recency_half_life, exponent=priority_exponent)
         self.table = ReplayTable(
             2 * self.capacity, max_age=max_age, seed=seed, name="pairs", sampler=sampler
@@ -65,6 +65,12 @@ class PairReplay:
             priority_exponent=settings.priority_exponent,
             seed=seed,
         )
+
+    @property
+    def replays(self) -> bool:
+        """Whether stored pairs are drawn again (any mode but "none"), so a round's fresh pairs
+        are worth storing."""
+        return self.mode != "none"
 
     @property
     def sampler(self) -> Pairs:

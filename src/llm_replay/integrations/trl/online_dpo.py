@@ -266,7 +266,7 @@ class ReplayOnlineDPOTrainer(TrainerCheckpoints, OnlineDPOTrainer):  # type: ign
             forward_only_tokens=prompts + completions,
             gradient_steps=1,
         )
-        if len(order) and self.pairs.mode != "none":
+        if len(order) and self.pairs.replays:
             self.pairs.insert(round_.select(order))
         if self._replayed is not None:
             self._record_replayed(b, n)
