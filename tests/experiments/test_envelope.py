@@ -20,8 +20,9 @@ from llm_replay.metrics import MetricsLogger
 RISE = [0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.5]  # smoothed: ... 0.4, 0.467, 0.5: the final at index 6
 
 
-def records(accuracies: list[float], cost: float) -> list[dict[str, float | str]]:
-    """Eval records whose μ = 5 compute grows by `cost` per evaluation (generation only)."""
+def records(accuracies: list[float], cost: float, **final: float) -> list[dict[str, float | str]]:
+    """Eval records whose μ = 5 compute grows by `cost` per evaluation (generation only), the
+    keys in `final` (`eval/entropy`, ...) on every one."""
     return [
         {
             "kind": "eval",
@@ -33,13 +34,15 @@ def records(accuracies: list[float], cost: float) -> list[dict[str, float | str]
             "compute/rollouts_generated": 10 * i,
             "compute/tokens_generated": i * cost / 5,
             "compute/completion_tokens_trained": 0.0,
+            **final,
         }
         for i, a in enumerate(accuracies)
     ]
 
 
-def run(name: str, seed: int, accuracies: list[float], cost: float) -> RunCurves:
-    return RunCurves(Path("/nowhere") / name / f"seed-{seed}", tuple(records(accuracies, cost)), ())
+def run(name: str, seed: int, accuracies: list[float], cost: float, **final: float) -> RunCurves:
+    path = Path("/nowhere") / name / f"seed-{seed}"
+    return RunCurves(path, tuple(records(accuracies, cost, **final)), ())
 
 
 def seeds(
@@ -247,6 +250,53 @@ def test_a_suite_reads_every_task_against_its_tuned_member() -> None:
     text = suite_markdown(reading)
     assert "| gcd | 3 | 0: a, 1: a, 2: b |" in text and "| a |" in text
     assert "| 1.20× (1.20×, 1.20×, 0.40×) |" in text
+
+
+def test_diversity_is_read_against_the_tuned_member_as_well() -> None:
+    """A tuned member that buys its speed with entropy: replay below plain on-policy's entropy
+    is read as kept against the member a user would run, and the suite counts both."""
+    summaries = {}
+    for task in ("gcd", "products"):
+        entropy = {"on_policy": 0.70, "steps2": 0.60, "replay": 0.65}
+        pass8 = {"on_policy": 0.60, "steps2": 0.58, "replay": 0.62 if task == "gcd" else 0.55}
+        cost = {"on_policy": 100, "steps2": 50, "replay": 30}
+
+        runs = {
+            name: [
+                run(name, s, RISE, cost[name], **{"eval/entropy": h + 0.01 * s, "eval/pass@8": p})
+                for s in range(3)
+            ]
+            for name, h, p in ((n, entropy[n], pass8[n]) for n in cost)
+        }
+        summary = compare_methods(runs, baseline="on_policy", bases=["mu_5"])
+        summary["envelope"] = envelope_reading(runs, baseline="on_policy", sweep=["steps2"])
+        summaries[task] = summary
+    reading = suite_summary(summaries, "on_policy", {"gcd": 0.1, "products": 0.1})
+    gcd = reading["methods"]["replay"]["tasks"]["gcd"]
+    assert gcd["entropy_kept"] is False  # 0.66 under plain on-policy's 0.70-0.72
+    assert gcd["vs_tuned"]["entropy_kept_vs_member"] is True  # over the member's 0.60-0.62
+    assert gcd["vs_tuned"]["pass_raised_vs_member"] is True
+    products = reading["methods"]["replay"]["tasks"]["products"]["vs_tuned"]
+    assert products["pass_kept_vs_member"] is False
+    across = reading["methods"]["replay"]["across"]["vs_tuned"]
+    assert across["diversity_tasks"] == 2
+    assert across["entropy_kept_vs_member"] == 2 and across["pass_kept_vs_member"] == 1
+    assert across["pass_raised_vs_member"] == 1
+    text = suite_markdown(reading)
+    assert "| 2/2 · 1/2 (1) |" in text
+    assert "| raised · raised |" in text and "| raised · below |" in text
+
+
+def test_diversity_not_measured_is_not_counted() -> None:
+    runs = {"on_policy": seeds("on_policy", RISE, 100), "replay": seeds("replay", RISE, 60)}
+    runs["fast"] = seeds("fast", RISE, 50)
+    summary = compare_methods(runs, baseline="on_policy", bases=["mu_5"])
+    summary["envelope"] = envelope_reading(runs, baseline="on_policy", sweep=["fast"])
+    reading = suite_summary({"gcd": summary}, "on_policy", {"gcd": 0.1})
+    assert "diversity_tasks" not in reading["methods"]["replay"]["across"]["vs_tuned"]
+    assert (
+        reading["methods"]["replay"]["tasks"]["gcd"]["vs_tuned"]["entropy_kept_vs_member"] is None
+    )
 
 
 # --- the experiment file ------------------------------------------------------------------

@@ -277,10 +277,10 @@ def test_every_tasks_rows_are_checked_before_the_first_run(
 
 
 def test_pass_at_k_is_raised_only_above_the_baselines_whole_interval() -> None:
-    from llm_replay.experiments.across_tasks import _kept, _raised
+    from llm_replay.experiments.suite_stats import kept, raised
 
     base = {"median": 0.5, "ci95": [0.45, 0.55]}
-    assert _raised({"median": 0.56}, base) and _kept({"median": 0.56}, base)
-    assert not _raised({"median": 0.55}, base) and _kept({"median": 0.5}, base)
-    assert _raised({"median": 0.51}, {"median": 0.5}) is True  # one seed: above its value
-    assert _raised({"median": math.nan}, base) is None
+    assert raised({"median": 0.56}, base) and kept({"median": 0.56}, base)
+    assert not raised({"median": 0.55}, base) and kept({"median": 0.5}, base)
+    assert raised({"median": 0.51}, {"median": 0.5}) is True  # one seed: above its value
+    assert raised({"median": math.nan}, base) is None

@@ -21,14 +21,17 @@ from llm_replay.experiments.noise_floor import noise_floor_markdown
 from llm_replay.experiments.suite_stats import (
     BASIS,
     MEDIAN_RATIO_GOAL,
+    PASS_KEY,
+    kept,
     median_across_uncertainty,
+    median_of,
+    raised,
 )
 from llm_replay.experiments.suite_stats import interval_text as _interval
 from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
 from llm_replay.experiments.tail import tail_markdown
 
-PASS_KEY = "pass@8"
 MIN_GAIN_POINTS = 2.0
 """A task on which the baseline gains less than this (final over starting accuracy, held-out,
 points) is a no-gain task: there is no saving to measure, so its compute ratio is left out of
@@ -53,8 +56,8 @@ def suite_summary(
             "target_accuracy": summary["target_accuracy"],
             "baseline_gain_points": gain,
             "no_gain": gain is not None and gain < MIN_GAIN_POINTS,
-            "baseline_entropy": _median(base.get("entropy")),
-            "baseline_pass": _median(base.get(PASS_KEY)),
+            "baseline_entropy": median_of(base.get("entropy")),
+            "baseline_pass": median_of(base.get(PASS_KEY)),
             "baseline_seeds": base["seeds"],
         }
     for method in methods:
@@ -76,7 +79,10 @@ def suite_summary(
 def task_reading(method: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """One method on one task against the baseline."""
     ratio = method["compute_to_target_ratio"].get(BASIS)
-    final, base_final = _median(method.get("final_accuracy")), _median(base.get("final_accuracy"))
+    final, base_final = (
+        median_of(method.get("final_accuracy")),
+        median_of(base.get("final_accuracy")),
+    )
     return {
         "seeds": method["seeds"],
         "ratio": ratio,
@@ -87,11 +93,11 @@ def task_reading(method: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]
         "final_delta_points": None
         if final is None or base_final is None
         else 100 * (final - base_final),
-        "entropy": _median(method.get("entropy")),
-        "entropy_kept": _kept(method.get("entropy"), base.get("entropy")),
-        "pass": _median(method.get(PASS_KEY)),
-        "pass_kept": _kept(method.get(PASS_KEY), base.get(PASS_KEY)),
-        "pass_raised": _raised(method.get(PASS_KEY), base.get(PASS_KEY)),
+        "entropy": median_of(method.get("entropy")),
+        "entropy_kept": kept(method.get("entropy"), base.get("entropy")),
+        "pass": median_of(method.get(PASS_KEY)),
+        "pass_kept": kept(method.get(PASS_KEY), base.get(PASS_KEY)),
+        "pass_raised": raised(method.get(PASS_KEY), base.get(PASS_KEY)),
     }
 
 
@@ -121,34 +127,6 @@ def across_tasks(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "pass_kept": sum(bool(r["pass_kept"]) for r in rows.values()),
         "pass_raised": sum(bool(r.get("pass_raised")) for r in rows.values()),
     }
-
-
-def _median(spread: Any) -> float | None:
-    return None if not isinstance(spread, dict) else spread.get("median")
-
-
-def _kept(value: Any, reference: Any) -> bool | None:
-    """The method's median is within the baseline's interval or above it (with one baseline
-    seed, at or above its value)."""
-    median, low = _median(value), None
-    if isinstance(reference, dict):
-        interval = reference.get("ci95")
-        low = interval[0] if interval is not None else reference.get("median")
-    if median is None or low is None or not (math.isfinite(median) and math.isfinite(low)):
-        return None  # not measured (a run without eval/entropy logs NaN)
-    return bool(median >= low)
-
-
-def _raised(value: Any, reference: Any) -> bool | None:
-    """The method's median is above the baseline's interval (with one baseline seed, above its
-    value): diversity raised, not only kept."""
-    median, high = _median(value), None
-    if isinstance(reference, dict):
-        interval = reference.get("ci95")
-        high = interval[1] if interval is not None else reference.get("median")
-    if median is None or high is None or not (math.isfinite(median) and math.isfinite(high)):
-        return None
-    return bool(median > high)
 
 
 def suite_markdown(reading: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from llm_replay.experiments import envelope as tuned
 from llm_replay.experiments.guard_reading import guard_lines
+from llm_replay.experiments.tuned_member import diversity_line
 from llm_replay.terminal import console
 
 
@@ -97,6 +98,9 @@ def print_comparison(summary: dict[str, Any]) -> None:
         console.print(note, markup=False)
     if summary.get("envelope"):
         console.print("\n".join(tuned.note_lines(summary["envelope"])), markup=False)
+        diversity = diversity_line(summary, tuned.basis_of(summary["envelope"]))
+        if diversity is not None:
+            console.print(diversity, markup=False)
     if summary.get("members"):
         from llm_replay.experiments.members import members_markdown
 
@@ -217,6 +221,9 @@ def comparison_markdown(summary: dict[str, Any]) -> str:
         lines.append(f"\n{note}")
     if summary.get("envelope"):
         lines += ["", *tuned.note_lines(summary["envelope"])]
+        diversity = diversity_line(summary, tuned.basis_of(summary["envelope"]))
+        if diversity is not None:
+            lines.append(diversity)
     if summary.get("members"):  # a mixture: each member read as a task
         from llm_replay.experiments.members import members_markdown
 

@@ -57,9 +57,15 @@ from llm_replay.experiments.suite_stats import (
 from llm_replay.experiments.suite_stats import interval_text as _interval
 from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
-from llm_replay.experiments.tuned_member import member_digest, member_reading
+from llm_replay.experiments.tuned_member import (
+    member_digest,
+    member_diversity,
+    member_reading,
+    member_word,
+)
 
 TARGETS = ("baseline_final", "best_member_final")
+DIVERSITY_KEYS = ("entropy_kept_vs_member", "pass_kept_vs_member", "pass_raised_vs_member")
 
 
 def members_read(
@@ -299,9 +305,14 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
         if not envelope:
             continue
         reading["tasks"][task]["envelope"] = task_digest(envelope, BASIS)
+        member = _tuned(envelope).get("member", {}).get(BASIS)
         for method, entry in reading["methods"].items():
             if task in entry["tasks"] and method in envelope["methods"]:
                 entry["tasks"][task]["vs_tuned"] = method_digest(envelope, method, BASIS)
+                if member in summary["methods"]:
+                    entry["tasks"][task]["vs_tuned"] |= member_diversity(
+                        summary["methods"][method], summary["methods"][member]
+                    )
     for entry in reading["methods"].values():
         rows = [r for r in entry["tasks"].values() if "vs_tuned" in r]
         if not rows:
@@ -329,7 +340,25 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
             "median_member_ratio": statistics.median(member_ratios) if complete else None,
             "median_member_ratio_ci95": None if member_spread is None else member_spread["ci95"],
             "worst_member_ratio": max(member_ratios) if complete else None,
+            **_diversity_counts(rows),
         }
+
+
+def _diversity_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Over the tasks read against the tuned member: on how many the method keeps its entropy
+    and pass@8 and raises pass@8 (None in a summary written before the member's diversity)."""
+    read = [
+        r["vs_tuned"]
+        for r in rows
+        if r["vs_tuned"].get("entropy_kept_vs_member") is not None
+        and r["vs_tuned"].get("pass_kept_vs_member") is not None
+    ]
+    if not read:  # not measured (no eval/entropy or pass@8), or a summary from before
+        return {}
+    return {
+        "diversity_tasks": len(read),
+        **{key: sum(bool(r[key]) for r in read) for key in DIVERSITY_KEYS},
+    }
 
 
 def suite_lines(reading: Mapping[str, Any]) -> list[str]:
@@ -347,8 +376,9 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
         "",
         "| method | median vs on-policy | median vs tuned [95% over seeds] | "
         f"resamples ≤ {MEDIAN_RATIO_GOAL}× | worst vs tuned | median vs best tuned final | "
-        "median vs tuned member [95%] | worst vs tuned member |",
-        "|---|---|---|---|---|---|---|---|",
+        "median vs tuned member [95%] | worst vs tuned member | entropy · pass@8 kept vs tuned "
+        "member (raised) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in reading["methods"].items():
         t = entry["across"].get("vs_tuned")
@@ -360,7 +390,7 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
             f"{_share(t['median_ratio_within_goal'])} | {_x(t['worst_ratio'])} | "
             f"{_x(t['median_harder_ratio'])} | "
             f"{_x(t.get('median_member_ratio'))}{_interval(t.get('median_member_ratio_ci95'))} | "
-            f"{_x(t.get('worst_member_ratio'))} |"
+            f"{_x(t.get('worst_member_ratio'))} | {_diversity_cell(t)} |"
         )
     lines += [
         "",
@@ -388,8 +418,8 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
     lines += [
         "",
         "| method | task | vs on-policy | vs tuned [95%] | per seed vs tuned | first member "
-        "| vs best tuned final | vs tuned member, per seed |",
-        "|---|---|---|---|---|---|---|---|",
+        "| vs best tuned final | vs tuned member, per seed | entropy · pass@8 vs tuned member |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in reading["methods"].items():
         for task, r in entry["tasks"].items():
@@ -404,9 +434,26 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
             lines.append(
                 f"| {method} | {task} | {plain} | {_x(_inf(v['ratio']))}{_interval(v['ratio_ci95'])} | "
                 f"{per_seed} | {v['first_member']} | {_x(_inf(v['harder_ratio']))} | "
-                f"{_member_cell(v)} |"
+                f"{_member_cell(v)} | {_task_diversity_cell(v)} |"
             )
     return lines
+
+
+def _diversity_cell(t: Mapping[str, Any]) -> str:
+    """ "3/4 · 4/4 (2)": tasks keeping the tuned member's entropy, its pass@8, and raising it."""
+    if "diversity_tasks" not in t:
+        return "—"
+    n = t["diversity_tasks"]
+    entropy, kept, up = (t[key] for key in DIVERSITY_KEYS)
+    return f"{entropy}/{n} · {kept}/{n} ({up})"
+
+
+def _task_diversity_cell(v: Mapping[str, Any]) -> str:
+    """ "below · raised": one task's entropy and pass@8 against the tuned member's interval."""
+    if "entropy_kept_vs_member" not in v:
+        return "—"
+    entropy = member_word(v["entropy_kept_vs_member"], v.get("entropy_raised_vs_member"))
+    return f"{entropy} · {member_word(v['pass_kept_vs_member'], v['pass_raised_vs_member'])}"
 
 
 def _inf(value: float | None) -> float:

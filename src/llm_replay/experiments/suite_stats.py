@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 BASIS = "mu_5"
+PASS_KEY = "pass@8"
 MEDIAN_RATIO_GOAL = 0.5
 """Issue #38's acceptance: the median compute ratio over the tasks the baseline gains on is at
 most this."""
@@ -82,3 +83,32 @@ def share_text(value: float | None) -> str:
     if 0.99 < value < 1:
         return ">99%"
     return f"{value:.0%}"
+
+
+def median_of(spread: Any) -> float | None:
+    """The median of a summary's spread (`analysis.spread`), or None."""
+    return None if not isinstance(spread, dict) else spread.get("median")
+
+
+def kept(value: Any, reference: Any) -> bool | None:
+    """The method's median is within the reference's interval or above it (with one reference
+    seed, at or above its value)."""
+    median, low = median_of(value), None
+    if isinstance(reference, dict):
+        interval = reference.get("ci95")
+        low = interval[0] if interval is not None else reference.get("median")
+    if median is None or low is None or not (math.isfinite(median) and math.isfinite(low)):
+        return None  # not measured (a run without eval/entropy logs NaN)
+    return bool(median >= low)
+
+
+def raised(value: Any, reference: Any) -> bool | None:
+    """The method's median is above the reference's interval (with one reference seed, above its
+    value): diversity raised, not only kept."""
+    median, high = median_of(value), None
+    if isinstance(reference, dict):
+        interval = reference.get("ci95")
+        high = interval[1] if interval is not None else reference.get("median")
+    if median is None or high is None or not (math.isfinite(median) and math.isfinite(high)):
+        return None
+    return bool(median > high)

@@ -10,6 +10,11 @@ as infinite; a tie goes to the first listed, the baseline first). It is picked o
 it is read on, which still flatters it: a third reading, beside the envelope and plain
 on-policy, not a replacement.
 
+Diversity is read against the same member (`member_diversity`): a tuned on-policy may buy its
+speed with entropy (two gradient steps a round move the policy twice as far per rollout), so
+"entropy kept" against plain on-policy's interval asks replay for more than the setting a user
+would run gives; both readings are reported.
+
 Seed by seed, a method's ratio is its compute to the target ÷ the tuned member's on the same
 seed. Where the member never reaches the target on a seed, its whole run's compute stands in
 (it needs at least that much), so the ratio is an upper bound, read against the method; where
@@ -28,6 +33,7 @@ from llm_replay.experiments.analysis import (
     median_interval,
     median_or_none,
 )
+from llm_replay.experiments.suite_stats import PASS_KEY, kept, raised
 
 
 def pick_member(
@@ -92,3 +98,56 @@ def member_digest(tuned: Mapping[str, Any], method: str, basis: str) -> dict[str
         "member_ratio_ci95": entry["ratio_ci95"][basis],
         "member_ratio_per_seed": entry["ratio_per_seed"][basis],
     }
+
+
+def member_diversity(method: Mapping[str, Any], member: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's final entropy and pass@8 (its summary entry) against the tuned member's
+    interval over seeds: kept (within or above it) and raised (above it); None where either was
+    not measured."""
+    return {
+        "entropy_kept_vs_member": kept(method.get("entropy"), member.get("entropy")),
+        "entropy_raised_vs_member": raised(method.get("entropy"), member.get("entropy")),
+        "pass_kept_vs_member": kept(method.get(PASS_KEY), member.get(PASS_KEY)),
+        "pass_raised_vs_member": raised(method.get(PASS_KEY), member.get(PASS_KEY)),
+    }
+
+
+def diversity_line(summary: Mapping[str, Any], basis: str) -> str | None:
+    """A sentence under an experiment's table: each method's final entropy and pass@8 against
+    the tuned member's interval (None without a tuned member or where it was not measured)."""
+    reading = summary.get("envelope") or {}
+    name = (reading.get("tuned_member") or {}).get("member", {}).get(basis)
+    methods = summary["methods"]
+    if name is None or name not in methods:
+        return None
+    groups: dict[str, list[str]] = {}
+    for method, entry in methods.items():
+        if method == name:
+            continue
+        d = member_diversity(entry, methods[name])
+        if d["entropy_kept_vs_member"] is None or d["pass_kept_vs_member"] is None:
+            continue
+        entropy = member_word(d["entropy_kept_vs_member"], d["entropy_raised_vs_member"])
+        passes = member_word(d["pass_kept_vs_member"], d["pass_raised_vs_member"])
+        groups.setdefault(f"entropy {entropy}, {PASS_KEY} {passes}", []).append(method)
+    if not groups:
+        return None
+    member = methods[name]
+    parts = "; ".join(f"{what}: {', '.join(names)}" for what, names in groups.items())
+    return (
+        f"Diversity against the tuned member {name} (final entropy "
+        f"{_spread_text(member['entropy'], '{:.3f}')}, {PASS_KEY} "
+        f"{_spread_text(member[PASS_KEY], '{:.0%}')}, medians over its seeds with their 95% "
+        f"intervals; raised is above the interval): {parts}."
+    )
+
+
+def member_word(kept_: bool | None, raised_: bool | None) -> str:
+    """ "raised", "kept" or "below" (the member's interval), "—" where not measured."""
+    return "—" if kept_ is None else "raised" if raised_ else "kept" if kept_ else "below"
+
+
+def _spread_text(spread: Mapping[str, Any], form: str) -> str:
+    interval = spread.get("ci95")
+    bounds = "" if interval is None else f" [{form.format(interval[0])}–{form.format(interval[1])}]"
+    return form.format(spread["median"]) + bounds
