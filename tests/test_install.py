@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 HEADING = "## Install, then train from any directory"
 ENV = "/tmp/llm-replay-env"
+INSTALL_SECONDS = 1200  # the subprocess's limit and the test's (pytest-timeout's default is 300)
 
 
 def install_block() -> str:
@@ -45,6 +46,7 @@ def test_the_install_block_names_the_commands_the_acceptance_asks_for() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(INSTALL_SECONDS)  # pip and torch: 150 s alone, over 300 s on a busy machine
 def test_the_wheel_installs_into_a_clean_environment_and_trains_anywhere(tmp_path: Path) -> None:
     dist, env = tmp_path / "dist", tmp_path / "env"
     script = (
