@@ -77,7 +77,7 @@ ROWS = (
     ),
     (
         "a search task, countdown (many right answers), 2·10⁶ on μ = 5",
-        "experiment_countdown/countdown/against_on_policy_2x",
+        "experiment_countdown_10seeds/countdown/against_on_policy_2x",
         "auto_2x",
         "**`auto`** on a task of a kind the suite lacks, added after the guard (issue #53)",
     ),
