@@ -346,7 +346,8 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
 
 def _diversity_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Over the tasks read against the tuned member: on how many the method keeps its entropy
-    and pass@8 and raises pass@8 (None in a summary written before the member's diversity)."""
+    and pass@8 and raises pass@8 (empty where neither was measured, or in a summary written
+    before the member's diversity was read)."""
     read = [
         r["vs_tuned"]
         for r in rows
