@@ -6,9 +6,9 @@ refusal is the run's error, naming its field. The trainers themselves live in `r
 the config); these are the config's view of them: what each can and cannot take.
 
 - `sync`: everything, except the sharded and durable tables that only Ray's table actors serve;
-- `threaded`: no learned reward model, no preference loop, no dynamic sampling or prompt skipping, no head gate, no
-  `replay.init_from` into a table the workers fill, a method that runs asynchronously, and a
-  limiter band that cannot deadlock; and no sharded tables;
+- `threaded`: no learned reward model, no preference loop, no dynamic sampling or prompt
+  skipping, no head gate, no `replay.init_from` into a table the workers fill, a method that runs
+  asynchronously, and a limiter band that cannot deadlock; and no sharded tables;
 - `ray`: as threaded, and sharded or durable tables only for a method whose table the workers
   fill at the replay ratio, with a capacity to split.
 """
