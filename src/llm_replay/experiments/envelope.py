@@ -58,6 +58,7 @@ from llm_replay.experiments.suite_stats import interval_text as _interval
 from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
 from llm_replay.experiments.tuned_member import (
+    DIVERSITY_COUNTED,
     member_digest,
     member_diversity,
     member_reading,
@@ -65,7 +66,6 @@ from llm_replay.experiments.tuned_member import (
 )
 
 TARGETS = ("baseline_final", "best_member_final")
-DIVERSITY_KEYS = ("entropy_kept_vs_member", "pass_kept_vs_member", "pass_raised_vs_member")
 
 
 def members_read(
@@ -358,7 +358,7 @@ def _diversity_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         return {}
     return {
         "diversity_tasks": len(read),
-        **{key: sum(bool(r[key]) for r in read) for key in DIVERSITY_KEYS},
+        **{key: sum(bool(r[key]) for r in read) for key in DIVERSITY_COUNTED},
     }
 
 
@@ -445,7 +445,7 @@ def _diversity_cell(t: Mapping[str, Any]) -> str:
     if "diversity_tasks" not in t:
         return "—"
     n = t["diversity_tasks"]
-    entropy, kept, up = (t[key] for key in DIVERSITY_KEYS)
+    entropy, kept, up = (t[key] for key in DIVERSITY_COUNTED)
     return f"{entropy}/{n} · {kept}/{n} ({up})"
 
 

@@ -35,6 +35,9 @@ from llm_replay.experiments.analysis import (
 )
 from llm_replay.experiments.suite_stats import PASS_KEY, kept, raised
 
+DIVERSITY_COUNTED = ("entropy_kept_vs_member", "pass_kept_vs_member", "pass_raised_vs_member")
+"""The `member_diversity` readings a suite counts across tasks (entropy raised is not counted)."""
+
 
 def pick_member(
     by_seed: Mapping[str, Mapping[int, RunCurves]],

@@ -46,7 +46,7 @@ class PairReplay:
             raise ValueError(f"preference.replay = {mode!r}: choose {', '.join(MODES)}")
         self.mode = mode
         self.capacity = int(capacity)
-        weighting = "uniform" if self.mode == "none" else mode
+        weighting = mode if self.replays else "uniform"
         sampler = Pairs(weighting, half_life=recency_half_life, exponent=priority_exponent)
         self.table = ReplayTable(
             2 * self.capacity, max_age=max_age, seed=seed, name="pairs", sampler=sampler
