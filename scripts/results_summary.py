@@ -1,9 +1,16 @@
-"""The one-screen results summary, generated from the archived experiment summaries.
+"""The one-screen results summaries, generated from the archived experiment summaries.
 
-README.md, docs/index.md and docs/RESULTS.md carry the same table between the markers
-`<!-- results-summary:start -->` and `<!-- results-summary:end -->`; `--write` regenerates it from
-the `summary.json` files `llm-replay report` wrote, `--check` (run by the tests) fails when a copy
-differs, so the figures a reader sees first cannot drift from the archived runs.
+Two tables, each carried between its markers by the pages that show it:
+
+- `results-summary` (README.md, docs/index.md, docs/RESULTS.md): each setting's headline method
+  against on-policy GRPO at the method's own settings;
+- `tuned-summary` (docs/methods.md, docs/RESULTS.md; issue #53): `auto` and `auto_steps2` on every
+  task read against on-policy tuned one knob at a time, the one member a user would pick (the
+  tuned member) and the best member on each seed (the envelope), with the median over tasks.
+
+`--write` regenerates every copy from the `summary.json` files `llm-replay report` wrote, `--check`
+(run by the tests) fails when a copy differs, so the figures a reader sees cannot drift from the
+archived runs.
 
     python scripts/results_summary.py --write
 """
@@ -16,8 +23,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-START, END = "<!-- results-summary:start -->", "<!-- results-summary:end -->"
-FILES = ("README.md", "docs/index.md", "docs/RESULTS.md")
 
 # (setting, summary.json under docs/, method row, what the row is)
 ROWS = (
@@ -131,16 +136,131 @@ def table() -> str:
     return "\n".join(lines)
 
 
-def block() -> str:
-    return f"{START}\n{table()}\n{END}"
+SUITE_SWEEP = "experiment_suite_group_sweep_5seeds/suite_summary.json"
+SUITE_METHODS = {"auto": "auto_carry", "auto_steps2": "auto_steps2"}
+BUILT_IN_METHODS = {"auto": "auto_kl_cov_ar3po", "auto_steps2": "auto_steps2"}
+LATER_METHODS = {"auto": "auto", "auto_steps2": "auto_steps2"}
+HELDOUT_SWEEP = "experiment_heldout_sweep/suite_summary.json"
+
+# (task, what it is, summary.json under docs/, its task in a suite summary or None, the rows of
+# `auto` and `auto_steps2` in it, whether it reads a sweep; where not, the row is read against plain
+# on-policy, the member a smaller sweep of the task picked, and has no envelope)
+TUNED_ROWS = (
+    ("gcd", "suite", SUITE_SWEEP, "gcd", SUITE_METHODS, True),
+    ("products", "suite", SUITE_SWEEP, "products", SUITE_METHODS, True),
+    ("binary_alternation", "suite", SUITE_SWEEP, "binary_alternation", SUITE_METHODS, True),
+    ("lcm", "suite", SUITE_SWEEP, "lcm", SUITE_METHODS, True),
+    (
+        "chain_sum",
+        "built-in",
+        "experiment_chain_sum_sweep/summary.json",
+        None,
+        BUILT_IN_METHODS,
+        True,
+    ),
+    (
+        "spell_backward",
+        "built-in",
+        "experiment_spell_sweep_5seeds/summary.json",
+        None,
+        BUILT_IN_METHODS,
+        True,
+    ),
+    (
+        "palindrome_generation",
+        "a new kind, added after the sweep",
+        "experiment_palindrome/suite_summary.json",
+        "palindrome_generation",
+        LATER_METHODS,
+        True,
+    ),
+    ("simple_equations", "held out", HELDOUT_SWEEP, "simple_equations", LATER_METHODS, True),
+    ("count_primes", "held out", HELDOUT_SWEEP, "count_primes", LATER_METHODS, True),
+    (
+        "countdown (2·10⁶)",
+        "a new kind, added after the guard",
+        "experiment_countdown_10seeds/suite_summary.json",
+        "countdown",
+        {"auto": "auto_2x", "auto_steps2": "auto_steps2_2x"},
+        False,
+    ),
+)
 
 
-def replaced(text: str, path: str) -> str:
-    if START not in text or END not in text:
-        raise SystemExit(f"{path}: no {START} … {END} block")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    return head + block() + tail
+def _reading(summary: dict, task: str | None, method: str) -> dict:
+    """A method's seeds, its ratio to the tuned member's compute and to the envelope's."""
+    if task is not None:  # a suite's summary: the task's digest
+        row = summary["methods"][method]["tasks"][task]
+        tuned = row["vs_tuned"]
+        return {"seeds": row["seeds"], "member": tuned["member_ratio"], "envelope": tuned["ratio"]}
+    envelope = summary["envelope"]
+    return {
+        "seeds": len(envelope["methods"][method]["seed_ids"]),
+        "member": envelope["tuned_member"]["methods"][method]["ratio"]["mu_5"],
+        "envelope": envelope["methods"][method]["baseline_final"]["ratio"]["mu_5"],
+    }
+
+
+def _member_and_sweep(summary: dict, task: str | None) -> tuple[str, int]:
+    envelope = summary["tasks"][task]["envelope"] if task is not None else summary["envelope"]
+    member = envelope["tuned_member"]
+    if isinstance(member, dict):
+        member = member["member"]["mu_5"]
+    return member, len(envelope["members"])
+
+
+def _median(values: list[float | None]) -> float | None:
+    finite = sorted(float("inf") if v is None else v for v in values)
+    middle = len(finite) // 2
+    value = finite[middle] if len(finite) % 2 else (finite[middle - 1] + finite[middle]) / 2
+    return None if value == float("inf") else value
+
+
+def tuned_table() -> str:
+    lines = [
+        "| task | kind | seeds (`auto`, `auto_steps2`) | tuned member (settings swept) | "
+        "`auto` vs tuned member | `auto_steps2` vs tuned member | `auto_steps2` vs envelope |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    columns: dict[str, list[float | None]] = {"auto": [], "steps2": [], "envelope": []}
+    for task, kind, path, key, methods, swept in TUNED_ROWS:
+        summary = json.loads((ROOT / "docs" / path).read_text())
+        auto = _reading(summary, key, methods["auto"])
+        steps2 = _reading(summary, key, methods["auto_steps2"])
+        member, members = _member_and_sweep(summary, key)
+        tuned = f"`{member}` ({members})"
+        envelope = _ratio(steps2["envelope"]) if swept else "—"
+        if swept:
+            columns["envelope"].append(steps2["envelope"])
+        else:  # read against plain on-policy, the member a smaller sweep of the task picked
+            tuned = f"`{member}` (plain, tuned at five seeds)"
+        columns["auto"].append(auto["member"])
+        columns["steps2"].append(steps2["member"])
+        lines.append(
+            f"| {task} | {kind} | {auto['seeds']}, {steps2['seeds']} | {tuned} | "
+            f"{_ratio(auto['member'])} | {_ratio(steps2['member'])} | {envelope} |"
+        )
+    lines.append(
+        f"| **median over tasks** | | | | **{_ratio(_median(columns['auto']))}** | "
+        f"**{_ratio(_median(columns['steps2']))}** | **{_ratio(_median(columns['envelope']))}** |"
+    )
+    return "\n".join(lines)
+
+
+# marker name: (what writes the table, the files that carry it)
+BLOCKS = {
+    "results-summary": (table, ("README.md", "docs/index.md", "docs/RESULTS.md")),
+    "tuned-summary": (tuned_table, ("docs/methods.md", "docs/RESULTS.md")),
+}
+
+
+def replaced(text: str, path: str, name: str, body: str) -> str:
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{path}: no {start} … {end} block")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
 
 
 def main() -> int:
@@ -150,14 +270,16 @@ def main() -> int:
     action.add_argument("--check", action="store_true", help="fail if a copy differs")
     args = parser.parse_args()
     stale = []
-    for name in FILES:
-        path = ROOT / name
-        text = path.read_text()
-        new = replaced(text, name)
-        if new != text:
-            if args.write:
-                path.write_text(new)
-            stale.append(name)
+    for name, (make, files) in BLOCKS.items():
+        body = make()
+        for file in files:
+            path = ROOT / file
+            text = path.read_text()
+            new = replaced(text, file, name, body)
+            if new != text:
+                if args.write:
+                    path.write_text(new)
+                stale.append(f"{file} ({name})")
     if args.check and stale:
         print(f"stale results summary in {stale}: run python scripts/results_summary.py --write")
         return 1

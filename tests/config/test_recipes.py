@@ -13,6 +13,7 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.config.recipes import RECIPES, resolve, resolve_replay
 from llm_replay.experiments.archive import protocol_differences
 from llm_replay.experiments.compare import load_experiment, protocol_of, run_config
+from llm_replay.experiments.suite import is_suite, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -88,6 +89,34 @@ def test_archived_runs_count_as_the_recipes(experiment: str, row: str) -> None:
         as_recipe = protocol_of(load_config(recipe))
         differing = {line.split(":")[0] for line in protocol_differences(as_recipe, current)}
         assert not {k for k in differing if k.startswith(RECIPE_SECTIONS)}
+
+
+@pytest.mark.parametrize(
+    "experiment",
+    [
+        "experiment_suite_group_sweep_5seeds.yaml",
+        "experiment_heldout_sweep.yaml",
+        "experiment_palindrome.yaml",
+        "experiment_chain_sum_sweep.yaml",
+    ],
+)
+def test_the_auto_steps2_preset_is_the_row_read_against_a_tuned_on_policy(
+    experiment: str,
+) -> None:
+    """`auto_steps2`'s figures (docs/methods.md, "Against a tuned on-policy") were made as a row
+    of `auto` (or its parts) with two steps a round set in each experiment; the preset trains
+    what they measured, in every setting but those each experiment sets for all its rows (its
+    task, budget and evaluation)."""
+    path = ROOT / "configs" / experiment
+    loaded = next(iter(load_suite(path).tasks.values())) if is_suite(path) else None
+    loaded = loaded or load_experiment(path)
+    row = protocol_of(run_config(loaded, loaded.method("auto_steps2"), 0))
+    differing = {
+        line.split(":")[0]
+        for line in protocol_differences(protocol_of(load_config("auto_steps2")), row)
+    }
+    measured = (*RECIPE_SECTIONS, "train.batch_size", "train.micro_batch_size", "optim.")
+    assert not {k for k in differing if k.startswith(measured)}
 
 
 def test_the_recipes_algorithm_settings_come_with_its_loss_or_none() -> None:
