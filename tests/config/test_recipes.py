@@ -11,8 +11,8 @@ import pytest
 
 from llm_replay.config import ConfigError, load_config
 from llm_replay.config.recipes import RECIPES, resolve, resolve_replay
-from llm_replay.experiments.archive import protocol_differences
-from llm_replay.experiments.compare import load_experiment, protocol_of, run_config
+from llm_replay.experiments.archive import archived_dir, protocol_differences
+from llm_replay.experiments.compare import Experiment, load_experiment, protocol_of, run_config
 from llm_replay.experiments.suite import is_suite, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,32 +91,41 @@ def test_archived_runs_count_as_the_recipes(experiment: str, row: str) -> None:
         assert not {k for k in differing if k.startswith(RECIPE_SECTIONS)}
 
 
+def _experiments(path: Path) -> list[Experiment]:
+    return list(load_suite(path).tasks.values()) if is_suite(path) else [load_experiment(path)]
+
+
 @pytest.mark.parametrize(
-    "experiment",
+    ("experiment", "row"),
     [
-        "experiment_suite_group_sweep_5seeds.yaml",
-        "experiment_heldout_sweep.yaml",
-        "experiment_palindrome.yaml",
-        "experiment_chain_sum_sweep.yaml",
+        ("experiment_suite_group_sweep_5seeds.yaml", "auto_steps2"),
+        ("experiment_heldout_sweep.yaml", "auto_steps2"),
+        ("experiment_palindrome.yaml", "auto_steps2"),
+        ("experiment_chain_sum_sweep.yaml", "auto_steps2"),
+        ("experiment_spell_sweep_5seeds.yaml", "auto_steps2"),
+        ("experiment_countdown_10seeds.yaml", "auto_steps2_2x"),
     ],
 )
 def test_the_auto_steps2_preset_is_the_row_read_against_a_tuned_on_policy(
-    experiment: str,
+    experiment: str, row: str
 ) -> None:
-    """`auto_steps2`'s figures (docs/methods.md, "Against a tuned on-policy") were made as a row
-    of `auto` (or its parts) with two steps a round set in each experiment; the preset trains
-    what they measured, in every setting but those each experiment sets for all its rows (its
-    task, budget and evaluation)."""
-    path = ROOT / "configs" / experiment
-    loaded = next(iter(load_suite(path).tasks.values())) if is_suite(path) else None
-    loaded = loaded or load_experiment(path)
-    row = protocol_of(run_config(loaded, loaded.method("auto_steps2"), 0))
-    differing = {
-        line.split(":")[0]
-        for line in protocol_differences(protocol_of(load_config("auto_steps2")), row)
-    }
-    measured = (*RECIPE_SECTIONS, "train.batch_size", "train.micro_batch_size", "optim.")
-    assert not {k for k in differing if k.startswith(measured)}
+    """`auto_steps2`'s figures (docs/methods.md, "Against a tuned on-policy") are these rows,
+    archived as they are configured; the preset trains what they measured, in every setting but
+    those the experiment sets for all its rows (where its baseline differs from the `on_policy`
+    preset: task, model, evaluation) and the row's budget."""
+    for loaded in _experiments(ROOT / "configs" / experiment):
+        current = protocol_of(run_config(loaded, loaded.method(row), 0))
+        archived = archived_dir(ROOT / loaded.archive, row, 0) / "protocol.json"
+        assert protocol_differences(json.loads(archived.read_text()), current) == []
+        baseline = protocol_of(run_config(loaded, loaded.method(loaded.baseline), 0))
+        shared = {*_keys(protocol_of(load_config("on_policy")), baseline), "train.compute_budget"}
+        assert _keys(protocol_of(load_config("auto_steps2")), current) <= shared
+
+
+def _keys(one: dict, other: dict) -> set[str]:
+    """The settings two protocols differ in, the rows' names aside."""
+    differing = protocol_differences(without_name(one), without_name(other))
+    return {line.split(":")[0] for line in differing}
 
 
 def test_the_recipes_algorithm_settings_come_with_its_loss_or_none() -> None:
