@@ -22,6 +22,8 @@ import json
 import sys
 from pathlib import Path
 
+from llm_replay.experiments.analysis import median_or_none
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (setting, summary.json under docs/, method row, what the row is)
@@ -209,13 +211,6 @@ def _member_and_sweep(summary: dict, task: str | None) -> tuple[str, int]:
     return member, len(envelope["members"])
 
 
-def _median(values: list[float | None]) -> float | None:
-    finite = sorted(float("inf") if v is None else v for v in values)
-    middle = len(finite) // 2
-    value = finite[middle] if len(finite) % 2 else (finite[middle - 1] + finite[middle]) / 2
-    return None if value == float("inf") else value
-
-
 def tuned_table() -> str:
     lines = [
         "| task | kind | seeds (`auto`, `auto_steps2`) | tuned member (settings swept) | "
@@ -241,8 +236,8 @@ def tuned_table() -> str:
             f"{_ratio(auto['member'])} | {_ratio(steps2['member'])} | {envelope} |"
         )
     lines.append(
-        f"| **median over tasks** | | | | **{_ratio(_median(columns['auto']))}** | "
-        f"**{_ratio(_median(columns['steps2']))}** | **{_ratio(_median(columns['envelope']))}** |"
+        f"| **median over tasks** | | | | **{_ratio(median_or_none(columns['auto']))}** | "
+        f"**{_ratio(median_or_none(columns['steps2']))}** | **{_ratio(median_or_none(columns['envelope']))}** |"
     )
     return "\n".join(lines)
 
