@@ -9,6 +9,7 @@ scalars (`--set optim.lr=1e-4 --set eval.pass_k=[1,4]`). Derived quantities are 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from llm_replay.config.combinations import (
     check_mixture,
     check_preference,
     check_sequence_regression,
+    round_shape_warning,
 )
 from llm_replay.config.files import find_config, read_layered
 from llm_replay.config.mixture import ReplayTasksConfig
@@ -78,6 +80,7 @@ __all__ = [
     "load_config",
 ]
 
+log = logging.getLogger(__name__)
 
 ADAPTIVE_REFUSED = {  # methods that need every prompt's full group, and why
     "rlep": "its pool keeps groups with min_correct successes, and stopping a prompt at its "
@@ -417,6 +420,9 @@ class Config:
                 f"generation.adaptive.enabled: not with replay.method = {self.replay.method!r} "
                 f"({adaptive_refusal})"
             )
+        shape = round_shape_warning(self)
+        if shape is not None:
+            log.warning("%s", shape)
 
     @property
     def run_dir(self) -> Path:

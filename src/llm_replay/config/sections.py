@@ -201,7 +201,11 @@ class TrainConfig:
         "what compute_budget counts: measured (seconds), rollouts, or mu_X (completion tokens "
         "generated × X + tokens trained)",
     )
-    batch_size: int = setting(256, "rollouts per gradient step (B)")
+    batch_size: int = setting(
+        256,
+        "rollouts per gradient step (B); above a round's rows (prompts_per_step × group_size × "
+        "y) a step comes every few rounds, and the config loads with a warning",
+    )
     micro_batch_size: int = setting(256, "rollouts per forward/backward pass within a step")
     seed: int = setting(0, "the run's seed: prompt order, sampling, table draws")
     threads: int | None = setting(None, "torch threads; None: torch's default")
