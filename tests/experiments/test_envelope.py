@@ -399,6 +399,10 @@ def test_report_reads_an_experiment_against_its_sweep(
     )
     assert "Tuned on-policy: the envelope of on_policy, on_policy_lr" in printed
     assert "Tuned member: on_policy_lr, the one setting a user would pick" in printed
+    assert (
+        "The sweep moves learning rate ×2 (on_policy_lr). Not swept: gradient steps a round, "
+        "group size." in printed
+    )
     out = tmp_path / "out" / "full"
     summary = json.loads((out / "summary.json").read_text())
     assert summary["envelope"]["methods"]["replay"]["baseline_final"]["ratio_per_seed"][
@@ -416,9 +420,15 @@ def test_report_reads_a_suite_against_each_tasks_sweep(
     for task in ("gcd", "products"):
         write_runs(tmp_path / "out" / task / "full", PLAN)
     assert main(["report", str(path), "--markdown"]) == 0
-    assert "| replay | gcd | 0.60× | 0.90× [0.90–0.90×] |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| replay | gcd | 0.60× | 0.90× [0.90–0.90×] |" in printed
+    assert "| gcd | 2; not swept: gradient steps a round, group size |" in printed
     reading = json.loads((tmp_path / "out" / "suite_summary.json").read_text())
     assert reading["tasks"]["gcd"]["envelope"]["members"] == ["on_policy", "on_policy_lr"]
+    assert reading["tasks"]["gcd"]["envelope"]["unswept"] == [
+        "train.batch_size",
+        "generation.group_size",
+    ]
     assert reading["methods"]["replay"]["tasks"]["products"]["vs_tuned"]["ratio"] == pytest.approx(
         0.9
     )

@@ -56,6 +56,7 @@ from llm_replay.experiments.experiment_file import (
     with_baseline,
 )
 from llm_replay.experiments.fingerprint import fingerprints
+from llm_replay.experiments.sweep_knobs import sweep_coverage
 from llm_replay.runtime.layout import CHECKPOINT_DIR, SUMMARY_FILE
 
 log = logging.getLogger(__name__)
@@ -266,6 +267,12 @@ def _restore(archive: Path, run_dir: Path, method: str, seed: int, config: Any) 
         raise ConfigError(f"archive: {error}") from None
 
 
+def first_config(experiment: Experiment, name: str) -> Any:
+    """The config of `name`'s run of its first seed, as `compare` builds it."""
+    method = experiment.method(name)
+    return run_config(experiment, method, experiment.seeds_of(method)[0])
+
+
 def split_distinct(experiment: Experiment, baseline: Sequence[RunCurves]) -> float | None:
     """The eval split's effective number of distinct problems (`evaluation.distinct_problems`)
     for logs that predate `eval/distinct`: the baseline's split rebuilt from its config, as its
@@ -277,13 +284,14 @@ def split_distinct(experiment: Experiment, baseline: Sequence[RunCurves]) -> flo
     from llm_replay.evaluation import distinct_problems
     from llm_replay.runtime.task_builder import build_task
 
-    method = experiment.method(experiment.baseline)
     try:
-        config = run_config(experiment, method, experiment.seeds_of(method)[0])
+        config = first_config(experiment, experiment.baseline)
         return distinct_problems(list(build_task(config, quiet=True).eval[: config.eval.size]))
     except (ConfigError, ValueError, OSError) as error:
         log.warning(
-            "%s: eval split not rebuilt (%s); resolution reads eval/size", method.name, error
+            "%s: eval split not rebuilt (%s); resolution reads eval/size",
+            experiment.baseline,
+            error,
         )
         return None
 
@@ -324,6 +332,10 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
             sweep=experiment.baseline_sweep,
             bases=list(dict.fromkeys([*experiment.bases, "mu_5"])),
             distinct=split_distinct(experiment, runs[experiment.baseline]),
+        )
+        summary["envelope"]["sweep"] = sweep_coverage(
+            {m: protocol_of(first_config(experiment, m)) for m in experiment.baseline_sweep},
+            experiment.baseline,
         )
     members = members_reading(runs, experiment.baseline)  # a mixture: each member as a task
     if members is not None:

@@ -57,6 +57,7 @@ from llm_replay.experiments.suite_stats import (
 from llm_replay.experiments.suite_stats import interval_text as _interval
 from llm_replay.experiments.suite_stats import ratio_text as _x
 from llm_replay.experiments.suite_stats import share_text as _share
+from llm_replay.experiments.sweep_knobs import PLAYBOOK, coverage_line
 from llm_replay.experiments.tuned_member import (
     DIVERSITY_COUNTED,
     member_digest,
@@ -215,6 +216,8 @@ def note_lines(reading: Mapping[str, Any]) -> list[str]:
             f"{reading['baseline']}'s final accuracy on {basis}), read seed by seed as a third "
             "reading beside the envelope, which picks the best member on each seed."
         )
+    if reading.get("sweep"):  # absent in a summary written before it
+        lines.append(coverage_line(reading["sweep"]))
     if reading["members_left_out"]:
         gone = "; ".join(f"{m}: {why}" for m, why in reading["members_left_out"].items())
         lines.append(
@@ -258,6 +261,7 @@ def task_digest(reading: Mapping[str, Any], basis: str) -> dict[str, Any]:
     return {
         "members": reading["members"],
         "members_left_out": reading["members_left_out"],
+        "unswept": (reading.get("sweep") or {}).get("unswept"),
         "seed_ids": reading["seed_ids"],
         "first_to_target_per_seed": targets["baseline_final"]["leader_per_seed"][basis],
         "baseline_vs_tuned": base["baseline_final"]["ratio"][basis],
@@ -401,6 +405,8 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
     ]
     for task, e in tasks.items():
         gone = f" ({', '.join(e['members_left_out'])})" if e["members_left_out"] else ""
+        if e.get("unswept"):
+            gone += f"; not swept: {', '.join(PLAYBOOK[k] for k in e['unswept'])}"
         seeds = e["seed_ids"]
         first = ", ".join(
             f"{s}: {m}" for s, m in zip(seeds, e["first_to_target_per_seed"], strict=True)
