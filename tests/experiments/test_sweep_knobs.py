@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from llm_replay.config import load_config
 from llm_replay.experiments.compare import protocol_of
 from llm_replay.experiments.sweep_knobs import coverage_line, member_changes, sweep_coverage
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _member(*overrides: str) -> dict[str, Any]:
@@ -72,3 +76,66 @@ def test_a_member_that_moves_something_else_is_said_to() -> None:
 def test_a_sweep_without_its_baseline_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="baseline 'on_policy'"):
         sweep_coverage({"lr2x": _member("optim.lr=1e-4")}, "on_policy")
+
+
+# --- `baseline_sweep: playbook` ---------------------------------------------------------------
+
+
+def test_the_playbook_is_the_suites_six_member_sweep_and_reuses_its_archived_runs(
+    tmp_path: Path,
+) -> None:
+    from llm_replay.experiments.compare import run_config
+    from llm_replay.experiments.suite import load_suite
+
+    shipped = ROOT / "configs" / "experiment_suite_group_sweep_5seeds.yaml"
+    data = yaml.safe_load(shipped.read_text())
+    data["methods"] = {k: v for k, v in data["methods"].items() if k in ("on_policy", "auto_carry")}
+    data["baseline_sweep"] = "playbook"
+    short = tmp_path / "sweep.yaml"
+    short.write_text(yaml.safe_dump(data))
+    full, ours = load_suite(shipped).tasks["gcd"], load_suite(short).tasks["gcd"]
+    assert ours.baseline_sweep == full.baseline_sweep  # the same six, in the same order
+    for name in full.baseline_sweep:
+        theirs, mine = full.method(name), ours.method(name)
+        assert protocol_of(run_config(ours, mine, 3)) == protocol_of(run_config(full, theirs, 3))
+
+
+def test_playbook_among_names_keeps_a_declared_member_and_a_quick_run_leaves_the_rest(
+    tmp_path: Path,
+) -> None:
+    from llm_replay.experiments.experiment_file import load_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        """
+seeds: [0, 1]
+budget: 600
+eval_every: 100
+baseline: on_policy
+set: [optim.lr=2e-5]
+methods:
+  on_policy:        {config: on_policy, set: [generation.group_size=6, generation.prompts_per_step=5]}
+  on_policy_lr2x:   {config: on_policy, set: [optim.lr=7e-5]}
+  replay:           {config: uniform}
+baseline_sweep: [playbook, on_policy_lr2x]
+quick:
+  methods: [on_policy, replay]
+"""
+    )
+    experiment = load_experiment(path)
+    assert experiment.baseline_sweep == (
+        "on_policy",
+        "on_policy_steps2",
+        "on_policy_lr2x",
+        "on_policy_lr_half",
+        "on_policy_group3",
+    )  # group 6 halves to 3; 5 prompts do not halve, so no group 12
+    assert experiment.method("on_policy_lr2x").overrides == ("optim.lr=7e-5",)  # the file's own
+    assert experiment.method("on_policy_lr_half").overrides[-1] == "optim.lr=1e-05"
+    assert experiment.method("on_policy_group3").overrides[-2:] == (
+        "generation.group_size=3",
+        "generation.prompts_per_step=10",
+    )
+    steps2 = experiment.method("on_policy_steps2").overrides[-2:]
+    assert steps2 == ("train.batch_size=128", "train.micro_batch_size=128")
+    assert load_experiment(path, quick=True).baseline_sweep == ("on_policy",)

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from llm_replay.config import ConfigError
+from llm_replay.config import ConfigError, load_config
 from llm_replay.config.files import find_config, preset_path, read_mapping
 from llm_replay.config.parse import did_you_mean
+from llm_replay.experiments.sweep_knobs import PLAYBOOK_NAME, playbook_members
 
 BACKENDS = ("native", "trl")  # trl: through ReplayGRPOTrainer (llm_replay.integrations.trl)
 
@@ -180,6 +181,14 @@ def experiment_from_mapping(
         raise ConfigError(
             f"baseline = {baseline!r}: not among the methods" + did_you_mean(baseline, names)
         )
+    if _names_playbook(data.get("baseline_sweep")):
+        chosen = quick_part.get("methods") if quick else None
+        members = _playbook(methods, baseline, list(data.get("set", [])))
+        declared += [m.name for m in members if m.name not in declared]
+        methods += [
+            m for m in members if m.name not in names and (chosen is None or m.name in chosen)
+        ]
+        data["baseline_sweep"] = _expanded(data["baseline_sweep"], [m.name for m in members])
     unpaired = _unpaired(methods, seeds, baseline)
     if unpaired:
         name, unpaired_seeds = unpaired
@@ -237,6 +246,30 @@ def _unpaired(
         if missing:
             return m.name, missing
     return None
+
+
+def _names_playbook(listed: Any) -> bool:
+    return listed == PLAYBOOK_NAME or (isinstance(listed, list) and PLAYBOOK_NAME in listed)
+
+
+def _expanded(listed: Any, members: list[str]) -> list[Any]:
+    """The sweep's names with `playbook` replaced by the playbook's members."""
+    names = [listed] if isinstance(listed, str) else list(listed)
+    return [n for entry in names for n in (members if entry == PLAYBOOK_NAME else [entry])]
+
+
+def _playbook(methods: list[Method], baseline: str, experiment_set: list[str]) -> list[Method]:
+    """The playbook's members around the baseline as it runs (its preset, the experiment's
+    settings, then its own), each a method like any other (`sweep_knobs.playbook_members`)."""
+    base = next(m for m in methods if m.name == baseline)
+    try:
+        config = load_config(base.config, [*experiment_set, *base.overrides])
+    except ConfigError as error:
+        raise ConfigError(f"baseline_sweep: playbook: methods.{baseline}: {error}") from None
+    return [
+        replace(base, name=name, overrides=(*base.overrides, *sets), extends=None)
+        for name, sets in playbook_members(baseline, config).items()
+    ]
 
 
 def _baseline_sweep(

@@ -15,9 +15,12 @@ or an experiment-wide setting changes is read as it ran.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_replay.experiments.archive import flatten
+
+if TYPE_CHECKING:
+    from llm_replay.config import Config
 
 PLAYBOOK = {
     "optim.lr": "learning rate",
@@ -38,6 +41,45 @@ NOT_KNOBS = frozenset(
 COMPANIONS = {"generation.prompts_per_step": "generation.group_size"}
 """Settings that move with a knob to keep the rollouts a round (a group size halved, prompts
 doubled): part of that knob's move where it moves too, not a second knob."""
+
+
+PLAYBOOK_NAME = "playbook"
+"""`baseline_sweep: playbook` (alone or among names): the playbook's members around the baseline."""
+
+
+def playbook_members(baseline: str, config: Config) -> dict[str, list[str]]:
+    """The one-knob playbook around a baseline's resolved `config`: `{name: its --set lines}`,
+    each member the baseline with one knob moved, at the same rollouts a round: the learning rate
+    halved and doubled, twice the gradient steps a round (a step of half the rows), and the group
+    size halved and doubled (prompts a round doubled and halved). Halving the steps a round (a
+    step of two rounds' rows) is left out: a step larger than a round is what the config warns
+    of, and the coverage line says the knob moved one way only. A move the settings cannot take
+    (an odd group or step, a group below 2) is left out too; the coverage line names it. Names
+    follow the suite's sweep (`on_policy_group4` around a group of 8), so an archived member
+    with the same settings is reused, and they come in the suite's order (a tie on the compute
+    axis goes to the first listed)."""
+    lr, g = config.optim.lr, config.generation
+    batch, micro = config.train.batch_size, config.train.micro_batch_size
+    members: dict[str, list[str]] = {}
+    if batch % 2 == 0:
+        half = batch // 2
+        members[f"{baseline}_steps2"] = [
+            f"train.batch_size={half}",
+            f"train.micro_batch_size={min(micro, half)}",
+        ]
+    members[f"{baseline}_lr2x"] = [f"optim.lr={lr * 2!r}"]
+    members[f"{baseline}_lr_half"] = [f"optim.lr={lr / 2!r}"]
+    if g.group_size % 2 == 0 and g.group_size >= 4:
+        members[f"{baseline}_group{g.group_size // 2}"] = [
+            f"generation.group_size={g.group_size // 2}",
+            f"generation.prompts_per_step={g.prompts_per_step * 2}",
+        ]
+    if g.prompts_per_step % 2 == 0:
+        members[f"{baseline}_group{g.group_size * 2}"] = [
+            f"generation.group_size={g.group_size * 2}",
+            f"generation.prompts_per_step={g.prompts_per_step // 2}",
+        ]
+    return members
 
 
 def member_changes(baseline: Mapping[str, Any], member: Mapping[str, Any]) -> dict[str, Any]:
