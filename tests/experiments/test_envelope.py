@@ -411,6 +411,9 @@ def test_report_reads_an_experiment_against_its_sweep(
     assert (out / "envelope_vs_compute.png").stat().st_size > 10_000
     assert main(["report", str(path)]) == 0  # the terminal table too
     assert "Tuned on-policy: the envelope of" in capsys.readouterr().out
+    # read against a method outside the sweep: the sweep is read around that baseline
+    assert main(["report", str(path), "--markdown", "--baseline", "replay"]) == 0
+    assert "The sweep moves learning rate ×2 (on_policy_lr)" in capsys.readouterr().out
 
 
 def test_report_reads_a_suite_against_each_tasks_sweep(

@@ -139,3 +139,38 @@ quick:
     steps2 = experiment.method("on_policy_steps2").overrides[-2:]
     assert steps2 == ("train.batch_size=128", "train.micro_batch_size=128")
     assert load_experiment(path, quick=True).baseline_sweep == ("on_policy",)
+
+
+def test_a_move_the_baselines_settings_refuse_is_left_out_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from llm_replay.experiments.experiment_file import load_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        """
+budget: 600
+eval_every: 100
+methods:
+  on_policy: {config: on_policy, set: [generation.adaptive.enabled=true, generation.adaptive.stage_size=8]}
+baseline_sweep: playbook
+"""
+    )
+    with caplog.at_level("WARNING", logger="llm_replay.experiments.experiment_file"):
+        experiment = load_experiment(path)
+    assert "on_policy_group4" not in experiment.baseline_sweep  # stages of 8 fill no group of 4
+    assert "on_policy_group16" in experiment.baseline_sweep
+    assert "playbook: on_policy_group4 left out" in caplog.text and "stage_size" in caplog.text
+
+
+def test_a_misspelt_playbook_is_refused_with_the_word(tmp_path: Path) -> None:
+    from llm_replay.config import ConfigError
+    from llm_replay.experiments.experiment_file import load_experiment
+
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        "budget: 600\neval_every: 100\nmethods:\n  on_policy: {config: on_policy}\n"
+        "baseline_sweep: playbok\n"
+    )
+    with pytest.raises(ConfigError, match="did you mean 'playbook'"):
+        load_experiment(path)

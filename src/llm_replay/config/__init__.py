@@ -81,6 +81,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # warnings given once a process (`Config.check`)
 
 ADAPTIVE_REFUSED = {  # methods that need every prompt's full group, and why
     "rlep": "its pool keeps groups with min_correct successes, and stopping a prompt at its "
@@ -421,7 +422,8 @@ class Config:
                 f"({adaptive_refusal})"
             )
         shape = round_shape_warning(self)
-        if shape is not None:
+        if shape is not None and shape not in _WARNED:  # a config is built once a run, and again
+            _WARNED.add(shape)
             log.warning("%s", shape)
 
     @property

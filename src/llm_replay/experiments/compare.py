@@ -333,8 +333,8 @@ def summarise(experiment: Experiment, dest: Path | None = None) -> dict[str, Any
             bases=list(dict.fromkeys([*experiment.bases, "mu_5"])),
             distinct=split_distinct(experiment, runs[experiment.baseline]),
         )
-        summary["envelope"]["sweep"] = sweep_coverage(
-            {m: protocol_of(first_config(experiment, m)) for m in experiment.baseline_sweep},
+        summary["envelope"]["sweep"] = sweep_coverage(  # the members read, the baseline first
+            {m: protocol_of(first_config(experiment, m)) for m in summary["envelope"]["members"]},
             experiment.baseline,
         )
     members = members_reading(runs, experiment.baseline)  # a mixture: each member as a task

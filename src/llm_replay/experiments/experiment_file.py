@@ -7,6 +7,7 @@ says how they run). Every mistake is a `ConfigError` naming its key, raised at l
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.config.files import find_config, preset_path, read_mapping
 from llm_replay.config.parse import did_you_mean
 from llm_replay.experiments.sweep_knobs import PLAYBOOK_NAME, playbook_members
+
+log = logging.getLogger(__name__)
 
 BACKENDS = ("native", "trl")  # trl: through ReplayGRPOTrainer (llm_replay.integrations.trl)
 
@@ -182,12 +185,10 @@ def experiment_from_mapping(
             f"baseline = {baseline!r}: not among the methods" + did_you_mean(baseline, names)
         )
     if _names_playbook(data.get("baseline_sweep")):
-        chosen = quick_part.get("methods") if quick else None
         members = _playbook(methods, baseline, list(data.get("set", [])))
         declared += [m.name for m in members if m.name not in declared]
-        methods += [
-            m for m in members if m.name not in names and (chosen is None or m.name in chosen)
-        ]
+        if not (quick and quick_part.get("methods") is not None):  # quick.methods: only those
+            methods += [m for m in members if m.name not in names]
         data["baseline_sweep"] = _expanded(data["baseline_sweep"], [m.name for m in members])
     unpaired = _unpaired(methods, seeds, baseline)
     if unpaired:
@@ -266,10 +267,15 @@ def _playbook(methods: list[Method], baseline: str, experiment_set: list[str]) -
         config = load_config(base.config, [*experiment_set, *base.overrides])
     except ConfigError as error:
         raise ConfigError(f"baseline_sweep: playbook: methods.{baseline}: {error}") from None
-    return [
-        replace(base, name=name, overrides=(*base.overrides, *sets), extends=None)
-        for name, sets in playbook_members(baseline, config).items()
-    ]
+    members = []
+    for name, sets in playbook_members(baseline, config).items():
+        try:  # a move the baseline's other settings refuse (a group its stages do not divide)
+            load_config(base.config, [*experiment_set, *base.overrides, *sets])
+        except ConfigError as error:
+            log.warning("baseline_sweep: playbook: %s left out (%s)", name, error)
+            continue
+        members.append(replace(base, name=name, overrides=(*base.overrides, *sets), extends=None))
+    return members
 
 
 def _baseline_sweep(
@@ -286,7 +292,11 @@ def _baseline_sweep(
     if listed is None:
         return ()
     if not isinstance(listed, list) or not listed or not all(isinstance(n, str) for n in listed):
-        raise ConfigError(f"baseline_sweep = {listed!r}: must be a non-empty list of method names")
+        raise ConfigError(
+            f"baseline_sweep = {listed!r}: must be a non-empty list of method names, or "
+            f"{PLAYBOOK_NAME!r}"
+            + (did_you_mean(listed, [PLAYBOOK_NAME]) if isinstance(listed, str) else "")
+        )
     for name in listed:
         if name not in declared:
             raise ConfigError(

@@ -4,7 +4,7 @@ knobs of the one-knob playbook that it leaves where they were.
 A saving read against the envelope of a sweep is only as strict as the sweep. The playbook the
 issue names (IsoCompute, arXiv 2603.12151) tunes on-policy's allocation: its learning rate, its
 gradient steps a round and its group size at the same rollouts a round. An envelope that does not
-move one of them is looser than the playbook's, and every method reads better against it; the
+move one of them is looser than the playbook's, and every method reads no worse against it; the
 built-in tasks' first sweeps swept the learning rate and the steps but not the group size, and
 halving the group size was the tuned member on four of the nine tasks with a sweep. So the
 report says what each member changes, by what factor, and which of the playbook's knobs no
@@ -101,7 +101,8 @@ def _factor(change: list[Any]) -> float | None:
 def sweep_coverage(protocols: Mapping[str, Mapping[str, Any]], baseline: str) -> dict[str, Any]:
     """`protocols`: each member's run settings (the baseline's among them). Returns each member's
     changes, each playbook knob's factors with the members that move it, and the knobs no member
-    moves (`unswept`) or moves one way only (`one_way`)."""
+    moves (`unswept`) or moves one way only (`one_way`), and the members that move more than
+    one of them (`several`)."""
     if baseline not in protocols:
         raise ValueError(
             f"baseline {baseline!r}: no settings among the sweep's {sorted(protocols)}"
@@ -114,10 +115,13 @@ def sweep_coverage(protocols: Mapping[str, Mapping[str, Any]], baseline: str) ->
         for key in PLAYBOOK:
             if key in changed:
                 swept.setdefault(key, []).append([_factor(changed[key]), member])
-    for entries in swept.values():
-        entries.sort(key=lambda e: (e[0] is None, e[0] or 0.0))
+    for key, entries in swept.items():  # by the knob's factor (a step's size moves against it)
+        entries.sort(key=lambda e: (e[0] is None, _knob_factor(key, e[0]) or 0.0))
     return {
         "changes": changes,
+        "several": sorted(
+            m for m, changed in changes.items() if len(PLAYBOOK.keys() & changed) > 1
+        ),
         "swept": swept,
         "unswept": [k for k in PLAYBOOK if k not in swept],
         "one_way": [
@@ -131,11 +135,15 @@ def sweep_coverage(protocols: Mapping[str, Mapping[str, Any]], baseline: str) ->
     }
 
 
+def _knob_factor(key: str, factor: float | None) -> float | None:
+    return None if factor is None else (1.0 / factor if key in INVERSE else factor)
+
+
 def _moves(key: str, factor: float | None, member: str) -> str:
     """ "×2 (on_policy_steps2: train.batch_size ×0.5)": the knob's factor, then the setting's."""
-    if factor is None:
+    knob = _knob_factor(key, factor)
+    if factor is None or knob is None:
         return f"changed ({member}: {key})"
-    knob = 1.0 / factor if key in INVERSE else factor
     setting = f", {key} ×{factor:g}" if key in INVERSE else ""
     return f"×{knob:g} ({member}{setting})"
 
@@ -163,7 +171,12 @@ def coverage_line(coverage: Mapping[str, Any]) -> str:
         names = ", ".join(PLAYBOOK[k] for k in coverage["unswept"])
         text += (
             f" Not swept: {names}. The envelope is looser than the one-knob playbook's, and "
-            "every method reads better against it than it would against a full sweep."
+            "every method reads no worse against it than it would against a full sweep."
+        )
+    if coverage.get("several"):
+        text += (
+            f" Moving more than one of them: {', '.join(coverage['several'])} (not one knob at "
+            "a time)."
         )
     if coverage["one_way"]:
         text += f" Moved one way only: {', '.join(PLAYBOOK[k] for k in coverage['one_way'])}."

@@ -152,6 +152,8 @@ class ReplayMethod(ABC, Generic[SettingsT]):
     restarts: bool = False  # may ask the caller to restart from the base model (`restart_due`)
     trains_fresh_groups: ClassVar[bool] = False  # a round's fresh groups are its batches
     scales_replay: ClassVar[bool] = False  # `set_replay_scale` moves it toward on-policy
+    credit_steps: ClassVar[bool] = False  # a round trains y·R/B steps, the rest carried over
+    ratio_floor: ClassVar[float | None] = None  # the least y it may choose; None: y as set
 
     def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
         if not isinstance(settings, self.Config):
@@ -325,6 +327,7 @@ class TableReplay(ReplayMethod[SettingsT]):
 
     async_batches: ClassVar[AsyncMode] = "table"
     scales_replay: ClassVar[bool] = True
+    credit_steps: ClassVar[bool] = True
 
     def __init__(self, settings: MethodConfig, context: MethodContext) -> None:
         super().__init__(settings, context)

@@ -119,6 +119,7 @@ class ComputeOptimalReplay(TableReplay[ComputeOptimalConfig]):
     paper = "Compute-optimal replay for LLM RL (the y* rule), arXiv 2604.08706"
     Config = ComputeOptimalConfig
     async_batches = "rounds"  # composes its own batches each round
+    ratio_floor = 1.0  # `choose_ratio` picks y in [1, max_ratio] each round
 
     def __init__(self, settings: MethodConfig, context: Any) -> None:
         super().__init__(settings, context)

@@ -95,6 +95,7 @@ class RLEP(TableReplay[RLEPConfig]):
     Config = RLEPConfig
     scales_replay = False  # its pool draws are per prompt, not a ratio
     async_batches = "rounds"  # composes its own batches each round
+    credit_steps = False  # phase II trains one blended batch a round
     trains_fresh_groups = True
     preload_refusal = "its reuse is the success pool: pass a saved pool as replay.pool_path"
 
