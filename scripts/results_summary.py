@@ -155,7 +155,7 @@ TUNED_ROWS = (
     (
         "chain_sum",
         "built-in",
-        "experiment_chain_sum_sweep/summary.json",
+        "experiment_chain_sum_group_sweep/summary.json",
         None,
         BUILT_IN_METHODS,
         True,
