@@ -142,7 +142,7 @@ SUITE_SWEEP = "experiment_suite_group_sweep_5seeds/suite_summary.json"
 SUITE_METHODS = {"auto": "auto_carry", "auto_steps2": "auto_steps2"}
 BUILT_IN_METHODS = {"auto": "auto_kl_cov_ar3po", "auto_steps2": "auto_steps2"}
 LATER_METHODS = {"auto": "auto", "auto_steps2": "auto_steps2"}
-HELDOUT_SWEEP = "experiment_heldout_sweep/suite_summary.json"
+HELDOUT_SWEEP = "experiment_heldout_sweep_5seeds/suite_summary.json"
 
 # (task, what it is, summary.json under docs/, its task in a suite summary or None, the rows of
 # `auto` and `auto_steps2` in it, whether it reads a sweep; where not, the row is read against plain
