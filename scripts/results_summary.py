@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from llm_replay.experiments.analysis import median_or_none
+from llm_replay.experiments.sweep_knobs import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -203,12 +204,17 @@ def _reading(summary: dict, task: str | None, method: str) -> dict:
     }
 
 
-def _member_and_sweep(summary: dict, task: str | None) -> tuple[str, int]:
+def _member_and_sweep(summary: dict, task: str | None) -> tuple[str, str]:
+    """The tuned member's name, and the sweep's size with the playbook's knobs it leaves."""
     envelope = summary["tasks"][task]["envelope"] if task is not None else summary["envelope"]
     member = envelope["tuned_member"]
     if isinstance(member, dict):
         member = member["member"]["mu_5"]
-    return member, len(envelope["members"])
+    unswept = (
+        envelope.get("unswept") if task is not None else envelope.get("sweep", {}).get("unswept")
+    )
+    left = f"; no {', '.join(PLAYBOOK[k] for k in unswept)}" if unswept else ""
+    return member, f"{len(envelope['members'])}{left}"
 
 
 def tuned_table() -> str:
