@@ -54,7 +54,8 @@ def playbook_members(baseline: str, config: Config) -> dict[str, list[str]]:
     size halved and doubled (prompts a round doubled and halved). Halving the steps a round (a
     step of two rounds' rows) is left out: a step larger than a round is what the config warns
     of, and the coverage line says the knob moved one way only. A move the settings cannot take
-    (an odd group or step, a group below 2) is left out too; the coverage line names it. Names
+    (an odd step or group size, a group below 2, an odd number of prompts) is left out too; the
+    coverage line names the knob it leaves. Names
     follow the suite's sweep (`on_policy_group4` around a group of 8), so an archived member
     with the same settings is reused, and they come in the suite's order (a tie on the compute
     axis goes to the first listed)."""
@@ -140,7 +141,7 @@ def _knob_factor(key: str, factor: float | None) -> float | None:
 
 
 def _moves(key: str, factor: float | None, member: str) -> str:
-    """ "×2 (on_policy_steps2: train.batch_size ×0.5)": the knob's factor, then the setting's."""
+    """ "×2 (on_policy_steps2, train.batch_size ×0.5)": the knob's factor, then the setting's."""
     knob = _knob_factor(key, factor)
     if factor is None or knob is None:
         return f"changed ({member}: {key})"
