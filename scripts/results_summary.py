@@ -172,7 +172,7 @@ TUNED_ROWS = (
     (
         "palindrome_generation",
         "a new kind, added after the sweep",
-        "experiment_palindrome/suite_summary.json",
+        "experiment_palindrome_group_sweep/suite_summary.json",
         "palindrome_generation",
         LATER_METHODS,
         True,
