@@ -32,9 +32,8 @@ def test_every_archived_row_is_the_row_the_file_builds(
 ) -> None:
     monkeypatch.chdir(ROOT)
     checked = 0
-    for experiment in _experiments(path):
-        if experiment.archive is None:
-            continue
+    experiments = [e for e in _experiments(path) if e.archive is not None]
+    for experiment in experiments:
         for method in experiment.methods:
             for seed in experiment.seeds_of(method):
                 archived = archived_dir(experiment.archive, method.name, seed) / PROTOCOL_FILE
@@ -44,5 +43,5 @@ def test_every_archived_row_is_the_row_the_file_builds(
                     assert differing == [], f"{experiment.name} {method.name} seed {seed}"
                     checked += 1
                     break
-    if any(e.archive is not None for e in _experiments(path)):
+    if experiments:
         assert checked, f"{path.name}: an archive, and no row of it archived"

@@ -41,15 +41,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 import numpy as np
 
 from llm_replay import checks
 from llm_replay.buffer import ReplayTable, Sample
-from llm_replay.buffer.task_parts import TaskParts
 from llm_replay.data.batch import RolloutBatch
-from llm_replay.methods.signals import RunSignals
+from llm_replay.methods.context import MethodContext as MethodContext
+from llm_replay.methods.context import RunServices as RunServices
+from llm_replay.methods.context import StoredRewards as StoredRewards
+from llm_replay.methods.context import queue_spec as queue_spec
 from llm_replay.methods.table_spec import TableSpec
 
 TABLE_DIR = "table"
@@ -83,57 +85,6 @@ class MethodConfig:
     def samples_per_insert(self) -> float:
         """Rollouts drawn per rollout added (y); 1 for methods that use each rollout once."""
         return 1.0
-
-
-class StoredRewards(Protocol):
-    """The run's current learned reward model, for re-scoring stored rollouts (the front end
-    that owns the model provides it and charges what it costs to the run's compute)."""
-
-    @property
-    def version(self) -> int: ...
-
-    @property
-    def success_threshold(self) -> float: ...
-
-    def rescore(self, batch: RolloutBatch) -> np.ndarray:
-        """The current model's rewards for `batch`'s rows; raises if the model fails."""
-        ...
-
-
-@dataclass
-class RunServices:
-    """What the front end lends a method beyond signals: set after the run's parts are built."""
-
-    stored_rewards: StoredRewards | None = None
-
-
-@dataclass(frozen=True)
-class MethodContext:
-    """What a method needs to know of the rest of the run: its shape, the run's signals
-    (`methods.signals`), which the front end that hosts the method keeps up to date, and the
-    services it lends (`RunServices`)."""
-
-    batch_size: int
-    rollouts_per_step: int
-    group_size: int = 8
-    seed: int = 0
-    advantage: str = "grpo"
-    tasks: TaskParts | None = None  # `replay.tasks`: the table's per-task parts, or none
-    signals: RunSignals = field(default_factory=RunSignals, compare=False)
-    services: RunServices = field(default_factory=RunServices, compare=False)
-
-
-def queue_spec(context: MethodContext) -> TableSpec:
-    """The FIFO queue of a method that trains on each rollout once, in generation order."""
-    return TableSpec(
-        "queue",
-        context.rollouts_per_step + context.batch_size,
-        {
-            "max_insert_batch": context.rollouts_per_step,
-            "max_sample_batch": context.batch_size,
-            "seed": context.seed,
-        },
-    )
 
 
 SettingsT = TypeVar("SettingsT", bound=MethodConfig)
