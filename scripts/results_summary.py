@@ -10,9 +10,11 @@ Two tables, each carried between its markers by the pages that show it:
 
 `--write` regenerates every copy from the `summary.json` files `llm-replay report` wrote, `--check`
 (run by the tests) fails when a copy differs, so the figures a reader sees cannot drift from the
-archived runs.
+archived runs. `--plot` draws the tuned table's tasks' final gaps (`experiments/final_gap.py`) into
+`docs/final_gap_by_task.png`.
 
     python scripts/results_summary.py --write
+    python scripts/results_summary.py --plot
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import sys
 from pathlib import Path
 
 from llm_replay.experiments.analysis import median_or_none
+from llm_replay.experiments.final_gap import plot_gaps
 from llm_replay.experiments.sweep_knobs import PLAYBOOK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +167,7 @@ TUNED_ROWS = (
     (
         "spell_backward",
         "built-in",
-        "experiment_spell_sweep_5seeds/summary.json",
+        "experiment_spell_group_sweep_5seeds/summary.json",
         None,
         BUILT_IN_METHODS,
         True,
@@ -191,17 +194,41 @@ TUNED_ROWS = (
 
 
 def _reading(summary: dict, task: str | None, method: str) -> dict:
-    """A method's seeds, its ratio to the tuned member's compute and to the envelope's."""
+    """A method's seeds, its ratio to the tuned member's compute and to the envelope's, and its
+    final accuracy against the best member's per seed (`experiments/final_gap.py`)."""
     if task is not None:  # a suite's summary: the task's digest
         row = summary["methods"][method]["tasks"][task]
         tuned = row["vs_tuned"]
-        return {"seeds": row["seeds"], "member": tuned["member_ratio"], "envelope": tuned["ratio"]}
+        return {
+            "seeds": row["seeds"],
+            "member": tuned["member_ratio"],
+            "envelope": tuned["ratio"],
+            "gap": tuned.get("final_gap"),
+            "calls": tuned.get("final_gap_verdict_per_seed"),
+        }
     envelope = summary["envelope"]
+    gap = envelope.get("final_gap", {}).get("methods", {}).get(method, {})
     return {
         "seeds": len(envelope["methods"][method]["seed_ids"]),
         "member": envelope["tuned_member"]["methods"][method]["ratio"]["mu_5"],
         "envelope": envelope["methods"][method]["baseline_final"]["ratio"]["mu_5"],
+        "gap": gap.get("median_gap"),
+        "calls": gap.get("verdict_per_seed"),
     }
+
+
+GAP_CALLS = ("above", "level", "below")
+
+
+def _gap_cell(reading: dict, totals: dict[str, int]) -> str:
+    """ "+9.5 (3/2/0)": the median gap to the best member's final, in points, and its seeds
+    above / level / below; added to `totals`. "—" where it was not read."""
+    calls = reading["calls"]
+    if reading["gap"] is None or not calls or None in calls:
+        return "—"
+    for call in GAP_CALLS:
+        totals[call] += calls.count(call)
+    return f"{reading['gap']:+.1f} ({'/'.join(str(calls.count(c)) for c in GAP_CALLS)})"
 
 
 def _member_and_sweep(summary: dict, task: str | None) -> tuple[str, str]:
@@ -220,10 +247,12 @@ def _member_and_sweep(summary: dict, task: str | None) -> tuple[str, str]:
 def tuned_table() -> str:
     lines = [
         "| task | kind | seeds (`auto`, `auto_steps2`) | tuned member (settings swept) | "
-        "`auto` vs tuned member | `auto_steps2` vs tuned member | `auto_steps2` vs envelope |",
-        "|---|---|---|---|---|---|---|",
+        "`auto` vs tuned member | `auto_steps2` vs tuned member | `auto_steps2` vs envelope | "
+        "`auto_steps2`'s final − the best member's, points (seeds above/level/below) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     columns: dict[str, list[float | None]] = {"auto": [], "steps2": [], "envelope": []}
+    totals = dict.fromkeys(GAP_CALLS, 0)
     for task, kind, path, key, methods, swept in TUNED_ROWS:
         summary = json.loads((ROOT / "docs" / path).read_text())
         auto = _reading(summary, key, methods["auto"])
@@ -231,6 +260,7 @@ def tuned_table() -> str:
         member, members = _member_and_sweep(summary, key)
         tuned = f"`{member}` ({members})"
         envelope = _ratio(steps2["envelope"]) if swept else "—"
+        gap = _gap_cell(steps2, totals) if swept else "—"
         if swept:
             columns["envelope"].append(steps2["envelope"])
         else:  # read against plain on-policy, the member a smaller sweep of the task picked
@@ -239,13 +269,64 @@ def tuned_table() -> str:
         columns["steps2"].append(steps2["member"])
         lines.append(
             f"| {task} | {kind} | {auto['seeds']}, {steps2['seeds']} | {tuned} | "
-            f"{_ratio(auto['member'])} | {_ratio(steps2['member'])} | {envelope} |"
+            f"{_ratio(auto['member'])} | {_ratio(steps2['member'])} | {envelope} | {gap} |"
         )
     lines.append(
         f"| **median over tasks** | | | | **{_ratio(median_or_none(columns['auto']))}** | "
-        f"**{_ratio(median_or_none(columns['steps2']))}** | **{_ratio(median_or_none(columns['envelope']))}** |"
+        f"**{_ratio(median_or_none(columns['steps2']))}** | "
+        f"**{_ratio(median_or_none(columns['envelope']))}** | "
+        f"**seeds {'/'.join(str(totals[c]) for c in GAP_CALLS)}** |"
     )
     return "\n".join(lines)
+
+
+GAP_FIGURE = "docs/final_gap_by_task.png"
+
+
+def _gap_reading(summary: dict, task: str | None, methods: dict[str, str]) -> dict:
+    """A task's final gaps for `plot_gaps`: the members' and `auto`'s and `auto_steps2`'s, under
+    the tuned table's names."""
+    if task is None:
+        envelope = summary["envelope"]
+        entries = envelope["final_gap"]["methods"]
+        gaps = {m: (entries[m]["gap_per_seed"], entries[m]["error_per_seed"]) for m in entries}
+        members = envelope["members"]
+    else:
+        members = summary["tasks"][task]["envelope"]["members"]
+        gaps = {
+            m: (v["final_gap_per_seed"], v["final_gap_error_per_seed"])
+            for m, entry in summary["methods"].items()
+            if "final_gap_per_seed" in (v := entry["tasks"].get(task, {}).get("vs_tuned", {}))
+        }
+        digest = summary["tasks"][task]["envelope"]  # the baseline is no method row in a suite
+        gaps[summary["baseline"]] = (
+            digest["baseline_final_gap_per_seed"],
+            digest["baseline_final_gap_error_per_seed"],
+        )
+    named = {row: gaps[name] for row, name in methods.items() if name in gaps}
+    named |= {m: gaps[m] for m in members if m in gaps}
+    return {
+        "members": members,
+        "methods": {m: {"gap_per_seed": g, "error_per_seed": e} for m, (g, e) in named.items()},
+    }
+
+
+def gap_figure() -> Path:
+    readings = {}
+    for task, _, path, key, methods, swept in TUNED_ROWS:
+        if swept:
+            summary = json.loads((ROOT / "docs" / path).read_text())
+            readings[task] = _gap_reading(summary, key, methods)
+    drawn = plot_gaps(
+        readings,
+        ["auto", "auto_steps2"],
+        ROOT / GAP_FIGURE,
+        title="final accuracy − the best of six on-policy settings' on each seed, at the same "
+        "compute (bars: ±2 standard errors; grey: the other settings)",
+        styles={"auto": {"color": "tab:blue"}, "auto_steps2": {"color": "tab:orange"}},
+    )
+    assert drawn is not None
+    return drawn
 
 
 # marker name: (what writes the table, the files that carry it)
@@ -269,7 +350,11 @@ def main() -> int:
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="regenerate every copy")
     action.add_argument("--check", action="store_true", help="fail if a copy differs")
+    action.add_argument("--plot", action="store_true", help=f"draw {GAP_FIGURE}")
     args = parser.parse_args()
+    if args.plot:
+        print(gap_figure())
+        return 0
     stale = []
     for name, (make, files) in BLOCKS.items():
         body = make()

@@ -15,7 +15,7 @@ import math
 import statistics
 from typing import Any
 
-from llm_replay.experiments import envelope, resolution
+from llm_replay.experiments import envelope, final_gap, resolution
 from llm_replay.experiments.guard_reading import guard_lines
 from llm_replay.experiments.noise_floor import noise_floor_markdown
 from llm_replay.experiments.suite_stats import (
@@ -180,6 +180,7 @@ def suite_markdown(reading: dict[str, Any]) -> str:
             )
     lines += envelope.suite_lines(reading)
     lines += resolution.suite_lines(reading)
+    lines += final_gap.suite_lines(reading)
     for task, guards in reading.get("guard", {}).items():
         methods = {name: {"guard": guard} for name, guard in guards.items()}
         lines += ["", *(f"{task}: {line}" for line in guard_lines({"methods": methods}))]

@@ -47,6 +47,9 @@ from llm_replay.experiments.analysis import (
     median_or_none,
 )
 from llm_replay.experiments.envelope_axis import AXIS, leaders_on_axis, segments_text
+from llm_replay.experiments.final_gap import across as final_gap_across
+from llm_replay.experiments.final_gap import gap_digest, gap_reading
+from llm_replay.experiments.final_gap import note_line as final_gap_note
 from llm_replay.experiments.resolution import note_line as resolution_note
 from llm_replay.experiments.resolution import resolution_digest, resolution_reading
 from llm_replay.experiments.suite_stats import (
@@ -130,6 +133,8 @@ def envelope_reading(
     methods = {
         name: _method(name, curves, levels, envelope, bases) for name, curves in runs.items()
     }
+    resolution = resolution_reading(by_seed, levels["baseline_final"], runs, bases, distinct)
+    problems = dict(zip(seeds, resolution["problems_per_seed"], strict=True))
     return {
         "baseline": baseline,
         "members": members,
@@ -139,7 +144,8 @@ def envelope_reading(
         "targets": targets,
         "methods": methods,
         "tuned_member": member_reading(by_seed, levels["baseline_final"], runs, bases),
-        "resolution": resolution_reading(by_seed, levels["baseline_final"], runs, bases, distinct),
+        "resolution": resolution,
+        "final_gap": gap_reading(by_seed, runs, problems),
         "axis": leaders_on_axis({m: runs[m] for m in members}),
     }
 
@@ -249,8 +255,8 @@ def note_lines(reading: Mapping[str, Any]) -> list[str]:
         f"On top along {AXIS} compute (medians over seeds; a tie goes to the first listed): "
         f"{segments_text(reading)}."
     )
-    resolved = resolution_note(reading, basis)
-    return lines if resolved is None else [*lines, resolved]
+    notes = (resolution_note(reading, basis), final_gap_note(reading))
+    return [*lines, *(note for note in notes if note is not None)]
 
 
 def task_digest(reading: Mapping[str, Any], basis: str) -> dict[str, Any]:
@@ -272,6 +278,7 @@ def task_digest(reading: Mapping[str, Any], basis: str) -> dict[str, Any]:
         "leads": {k: reading["axis"][k] for k in ("segments", "share", "quarters")},
         "tuned_member": _tuned(reading).get("member", {}).get(basis),
         "eval_problems": (reading.get("resolution") or {}).get("problems_per_seed"),
+        **{f"baseline_{k}": v for k, v in gap_digest(reading, reading["baseline"]).items()},
     }
 
 
@@ -296,6 +303,7 @@ def method_digest(reading: Mapping[str, Any], method: str, basis: str) -> dict[s
         "first_member": leaders_cell(reading, method),
         **member_digest(_tuned(reading), method, basis),
         **resolution_digest(reading.get("resolution") or {}, method, basis),
+        **gap_digest(reading, method),
     }
 
 
@@ -345,6 +353,7 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
             "median_member_ratio_ci95": None if member_spread is None else member_spread["ci95"],
             "worst_member_ratio": max(member_ratios) if complete else None,
             **_diversity_counts(rows),
+            **final_gap_across([r["vs_tuned"] for r in rows]),
         }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_replay.experiments import final_gap
 from llm_replay.experiments.analysis import RunCurves, on_grid
 from llm_replay.experiments.plot_style import band as _band
 from llm_replay.experiments.plot_style import basis_label as _basis_label
@@ -210,6 +211,19 @@ def plot_experiment(
 
         envelope = out / "envelope_vs_compute.png"
         paths.append(plot_envelope(experiment.name, runs, summary["envelope"], styles, envelope))
+        reading = summary["envelope"].get("final_gap")
+        if reading:  # absent in a summary written before it
+            members = set(summary["envelope"]["members"])
+            drawn = final_gap.plot_gaps(
+                {experiment.name: reading},
+                [m for m in runs if m not in members],
+                out / "final_gap.png",
+                title=f"{experiment.name}: final accuracy against the best tuned on-policy "
+                f"setting, per seed (bars: ±{final_gap.CREDIBLE:g} standard errors)",
+                styles=styles,
+            )
+            if drawn is not None:
+                paths.append(drawn)
     controller = plot_controller(experiment.name, runs, styles, out / "controller.png")
     if controller is not None:
         paths.append(controller)

@@ -33,7 +33,7 @@ from typing import Any
 
 from llm_replay.config import ConfigError
 from llm_replay.config.parse import did_you_mean
-from llm_replay.experiments import envelope_plot
+from llm_replay.experiments import envelope_plot, final_gap
 from llm_replay.experiments.across_tasks import (
     suite_summary,
     task_reading,
@@ -199,12 +199,42 @@ def report_suite(suite: Suite, against: str | None = None) -> dict[str, Any]:
     (out / "suite_summary.json").write_text(json.dumps(reading, indent=1) + "\n")
     reading["plots"] = [str(p) for p in plot_suite(suite, summaries, out)]
     reading["plots"] += [str(p) for p in envelope_plot.plot_suite_envelope(suite, summaries, out)]
+    gaps = plot_suite_final_gap(suite, summaries, out)
+    if gaps is not None:
+        reading["plots"].append(str(gaps))
     if floor is not None:
         reading["plots"].append(str(plot_noise_floor(floor, out / "suite_noise_floor.png")))
     if reading.get("tail"):
         drawn = plot_tails(reading["tail"], finished, suite.baseline, out / "suite_tail.png")
         reading["plots"] += [str(p) for p in drawn]
     return reading
+
+
+def plot_suite_final_gap(
+    suite: Suite, summaries: dict[str, dict[str, Any]], out: Path
+) -> Path | None:
+    """`suite_final_gap.png`: each seed's final against the best tuned setting's, per task that
+    declares a sweep, for every method outside the sweep (none without a sweep)."""
+    from llm_replay.experiments.plot_style import styles
+
+    readings = {
+        task: s["envelope"]["final_gap"]
+        for task, s in summaries.items()
+        if (s.get("envelope") or {}).get("final_gap")
+    }
+    if not readings:
+        return None
+    members = {m for r in readings.values() for m in r.get("members", ())}
+    first = next(iter(suite.tasks.values()))
+    methods = [m.name for m in first.methods if m.name not in members]
+    return final_gap.plot_gaps(
+        readings,
+        methods,
+        out / "suite_final_gap.png",
+        title=f"{suite.name}: final accuracy against the best tuned on-policy setting, per seed "
+        f"(bars: ±{final_gap.CREDIBLE:g} standard errors)",
+        styles=styles([m.name for m in first.methods], first.baseline),
+    )
 
 
 def _finished(suite: Suite, task: str) -> dict[str, dict[int, RunCurves]]:
