@@ -12,7 +12,14 @@ import pytest
 from llm_replay.experiments.across_tasks import suite_markdown, suite_summary
 from llm_replay.experiments.analysis import RunCurves, compare_methods
 from llm_replay.experiments.envelope import envelope_reading, note_lines
-from llm_replay.experiments.final_gap import CREDIBLE, accuracy_at, counts, plot_gaps, verdict
+from llm_replay.experiments.final_gap import (
+    accuracy_at,
+    accuracy_spread,
+    across,
+    counts,
+    plot_gaps,
+    verdict,
+)
 from llm_replay.experiments.resolution import accuracy_error
 
 PLATEAU = [0.35, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47]
@@ -58,11 +65,13 @@ def test_a_method_past_the_plateau_reads_late_but_ends_above() -> None:
     smoothed_end = sum(PAST_IT[-3:]) / 3
     assert gap["gap_per_seed"] == pytest.approx([100 * (smoothed_end - 0.47)] * 2)
     assert gap["verdict_per_seed"] == ["above", "above"]
-    error = 100 * (accuracy_error(smoothed_end, 500) ** 2 + accuracy_error(0.47, 500) ** 2) ** 0.5
-    assert gap["error_per_seed"] == pytest.approx([error] * 2)
+    # one draw of 500 problems each, no credit for the three evaluations smoothed over
+    spread = (smoothed_end * (1 - smoothed_end) / 500 + 0.47 * 0.53 / 500) ** 0.5
+    assert gap["error_per_seed"] == pytest.approx([100 * spread] * 2)
+    assert accuracy_spread(0.47, 500) == pytest.approx(accuracy_error(0.47, 500) * 3**0.5)
+    assert gap["read_at_per_seed"] == pytest.approx([700.0, 700.0])
     members = reading["final_gap"]["methods"]
     assert members["on_policy"]["verdict_per_seed"] == ["level", "level"]  # a member: gap 0
-    assert max(members["on_policy_lr2x"]["gap_per_seed"]) <= 0.0
     note = next(line for line in note_lines(reading) if line.startswith("Final accuracy"))
     assert "replay +" in note and "(above)" in note and "on_policy " not in note
 
@@ -77,7 +86,9 @@ def test_a_hair_above_on_few_problems_is_level() -> None:
 
 def test_a_run_continued_past_the_budget_is_read_where_the_members_stopped() -> None:
     continued = run("replay", 0, [*PLATEAU, *[0.9] * 8])  # twice the members' compute, then 90%
-    assert accuracy_at(continued, float(run("m", 0, PLATEAU).compute("mu_5")[-1])) == 0.47
+    assert accuracy_at(continued, 700.0) == (0.47, 700.0)
+    assert accuracy_at(run("m", 0, PLATEAU, cost=101), 700.0) == (0.47, 707.0)  # within 2%
+    assert accuracy_at(run("m", 0, PLATEAU, cost=103), 700.0) == (0.47, 618.0)  # 721: past it
     runs = {"on_policy": [run("on_policy", 0, PLATEAU)], "replay": [continued]}
     gap = envelope_reading(runs, baseline="on_policy", sweep=[])["final_gap"]
     assert gap["methods"]["replay"]["gap_per_seed"] == pytest.approx([0.0])
@@ -92,10 +103,60 @@ def test_without_a_problem_count_only_the_gap_is_given() -> None:
 
 
 def test_the_verdict_is_two_standard_errors_each_way() -> None:
-    assert CREDIBLE == 2.0
     assert verdict(4.1, 2.0) == "above" and verdict(-4.1, 2.0) == "below"
     assert verdict(3.9, 2.0) == verdict(-3.9, 2.0) == "level"
     assert counts(["above", "level", "above", "below"]) == "2 / 1 / 1"
+    assert counts(["above", None]) == "1 / 0 / 0 (1 without a verdict)"
+
+
+def test_each_seed_is_read_against_its_own_members_whatever_the_order() -> None:
+    runs = {
+        "on_policy": [run("on_policy", s, PLATEAU) for s in (0, 1)],
+        "replay": [run("replay", 1, PAST_IT), run("replay", 0, PLATEAU)],
+    }
+    gap = envelope_reading(runs, baseline="on_policy", sweep=[])["final_gap"]["methods"]["replay"]
+    assert gap["seed_ids"] == [1, 0]
+    assert gap["gap_per_seed"] == pytest.approx([100 * (sum(PAST_IT[-3:]) / 3 - 0.47), 0.0])
+    assert gap["verdict_per_seed"] == ["above", "level"]
+
+
+def test_a_run_short_of_the_members_compute_gets_no_verdict() -> None:
+    longer = [*PLATEAU, 0.47, 0.47, 0.47]  # a member that spent 1,000 where the baseline spent 700
+    runs = {
+        "on_policy": [run("on_policy", 0, PLATEAU)],
+        "on_policy_lr2x": [run("on_policy_lr2x", 0, longer)],
+        "short": [run("short", 0, PAST_IT)],  # stopped at 700, climbing
+        "late": [
+            RunCurves(
+                Path("/nowhere/late/seed-0"), run("late", 0, PAST_IT, cost=1100).records[1:], ()
+            )
+        ],
+    }
+    reading = envelope_reading(runs, baseline="on_policy", sweep=["on_policy_lr2x"])
+    gap = reading["final_gap"]
+    assert gap["at_compute_per_seed"] == pytest.approx([1000.0])
+    short = gap["methods"]["short"]
+    assert short["read_at_per_seed"] == pytest.approx([700.0])
+    assert short["gap_per_seed"][0] > 15 and short["verdict_per_seed"] == [None]
+    late = gap["methods"]["late"]  # first evaluated at 1,100: nothing to read at 1,000
+    assert late["gap_per_seed"] == [None] and late["median_gap"] is None
+    note = next(line for line in note_lines(reading) if line.startswith("Final accuracy"))
+    assert "late — (0: —)" in note and "short +" in note
+
+
+def test_across_tasks_counts_the_seeds_without_a_verdict() -> None:
+    rows = [
+        {"final_gap": 9.0, "seed_ids": [0, 1], "final_gap_verdict_per_seed": ["above", "above"]},
+        {"final_gap": 1.0, "seed_ids": [0, 1], "final_gap_verdict_per_seed": ["level", None]},
+        {"ratio": 1.0},  # a summary written before the reading
+    ]
+    assert across(rows) == {
+        "final_gap_seeds": {"above": 2, "level": 1, "below": 0},
+        "final_gap_seeds_without_verdict": 1,
+        "final_gap_tasks_above": 1,
+        "final_gap_tasks": 2,
+    }
+    assert across([{"ratio": 1.0}]) == {}
 
 
 def test_a_suite_counts_the_seeds_that_end_above() -> None:
@@ -112,8 +173,9 @@ def test_a_suite_counts_the_seeds_that_end_above() -> None:
     row = reading["methods"]["replay"]["tasks"]["plateau"]["vs_tuned"]
     assert row["final_gap_verdict_per_seed"] == ["above", "above"]
     text = suite_markdown(reading)
-    assert "Seeds above / level / below over every task: " in text
-    assert "replay 2 / 2 / 0" in text
+    assert "Seeds above / level / below over every task: replay 2 / 2 / 0." in text
+    member = reading["methods"]["on_policy_lr2x"]["across"]["vs_tuned"]
+    assert "final_gap_seeds" not in member  # a member of every task's sweep: not counted
     assert "| replay | plateau | +" in text and "| 2 / 0 / 0 | 0: +" in text
 
 

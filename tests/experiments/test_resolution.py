@@ -191,6 +191,8 @@ def test_report_rebuilds_the_split_of_logs_that_predate_eval_distinct(
         RunCurves(old[0].run_dir, tuple({**r, "eval/distinct": 50.0} for r in old[0].records), ())
     ]
     assert compare.split_distinct(experiment, logged) is None  # the log says it
+    mixed = [*logged, old[0]]  # seeds run before eval/distinct beside seeds run after
+    assert compare.split_distinct(experiment, mixed) == pytest.approx(177.557, abs=0.01)
 
     def unbuildable(*args: object, **kwargs: object) -> None:
         raise TaskError("task.path = 'gone.jsonl': no such file")

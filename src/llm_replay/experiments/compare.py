@@ -276,10 +276,11 @@ def first_config(experiment: Experiment, name: str) -> Any:
 def split_distinct(experiment: Experiment, baseline: Sequence[RunCurves]) -> float | None:
     """The eval split's effective number of distinct problems (`evaluation.distinct_problems`)
     for logs that predate `eval/distinct`: the baseline's split rebuilt from its config, as its
-    runs built it (every method of an experiment evaluates on the same split). None where the
-    logs say it themselves, or where the split cannot be rebuilt here (said in the log: the
-    reading then takes the split's rows, `eval/size`)."""
-    if any(np.isfinite(run.metric("eval/distinct")).any() for run in baseline):
+    runs built it (every method of an experiment evaluates on the same split). None where every
+    log says it itself (a seed whose log does not, beside seeds whose logs do, still needs it),
+    or where the split cannot be rebuilt here (said in the log: the reading then takes the
+    split's rows, `eval/size`)."""
+    if all(np.isfinite(run.metric("eval/distinct")).any() for run in baseline):
         return None
     from llm_replay.evaluation import distinct_problems
     from llm_replay.runtime.task_builder import build_task

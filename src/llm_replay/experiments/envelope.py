@@ -325,8 +325,13 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
                     entry["tasks"][task]["vs_tuned"] |= member_diversity(
                         summary["methods"][method], summary["methods"][member]
                     )
-    for entry in reading["methods"].values():
+    for method, entry in reading["methods"].items():
         rows = [r for r in entry["tasks"].values() if "vs_tuned" in r]
+        outside = [  # the tasks whose sweep the method is not a member of
+            r["vs_tuned"]
+            for task, r in entry["tasks"].items()
+            if "vs_tuned" in r and method not in reading["tasks"][task]["envelope"]["members"]
+        ]
         if not rows:
             continue
         gain = [r["vs_tuned"] for r in rows if not r.get("no_gain")]
@@ -353,7 +358,7 @@ def add_to_suite(reading: dict[str, Any], summaries: Mapping[str, Mapping[str, A
             "median_member_ratio_ci95": None if member_spread is None else member_spread["ci95"],
             "worst_member_ratio": max(member_ratios) if complete else None,
             **_diversity_counts(rows),
-            **final_gap_across([r["vs_tuned"] for r in rows]),
+            **final_gap_across(outside),
         }
 
 

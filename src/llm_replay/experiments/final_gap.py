@@ -1,31 +1,39 @@
 """Whether a method ends above the best tuned on-policy, seed by seed (issue #53).
 
 Compute to on-policy's final accuracy (`envelope.py`) says how soon a method gets to where
-on-policy ends. On a task where every on-policy setting climbs early to one level and stays there,
-that ratio reads about 1× for anything that gets there as fast, whatever it does afterwards: on the
-suite's binary_alternation all six one-knob settings end within a point of 47% on every seed and
-the tuned envelope is there within a quarter of the budget, while a replay seed that ends 19 points
-higher reads 1.99× because it crossed 47% one evaluation later. The question a user asks of such a
-task is the other one: at the same compute, does the method end above the best of the sweep?
+on-policy ends. On a task where on-policy climbs early to one level and stays there, that ratio
+reads about 1× for anything that gets there as fast, whatever it does afterwards: on the suite's
+binary_alternation the best of six one-knob settings ends at 46.8–47.1% on every seed and the
+tuned envelope is there by the third evaluation, while a replay seed that ends 19 points higher
+reads 1.99× because it crossed 47% one evaluation later. The question a user asks of such a task
+is the other one: at the same compute, does the method end above the best of the sweep?
 
 Per seed s, at the envelope's final compute on the μ = 5 axis (the most any member of s spent):
 
 - the method's accuracy there: its smoothed accuracy (`analysis.SMOOTH`) at its last evaluation
   within `COMPUTE_SLACK` of that compute, so a run continued past the budget is read where the
-  members stopped;
+  members stopped. A run that stopped short of the members' compute (its last evaluation under
+  it ÷ `COMPUTE_SLACK`) is read at its end but gets no verdict, and one with no evaluation that
+  early is not read;
 - its *gap*: that accuracy minus the highest smoothed final accuracy of any member on s, in points
   (the best member's own gap is 0, every member's at most 0);
-- the gap's standard error √(δ_method² + δ_best²), each δ the smoothed accuracy's standard error at
-  its level over the eval split's effective problems (`resolution.accuracy_error`, the resolution
-  reading's problem count);
+- the gap's standard error √(δ_method² + δ_best²), each δ = √(p(1 − p) / n) at its level p over
+  the eval split's n effective problems (the resolution reading's count): the spread of an
+  accuracy over another draw of n problems. Not n · SMOOTH, as the ratio brackets use: the
+  evaluations a smoothed accuracy averages are of the same problems, and on a plateau they
+  answer nearly alike;
 - **above** when the gap exceeds `CREDIBLE` standard errors, **below** when it is under minus that,
   **level** otherwise; with no problem count (a log with neither `eval/distinct` nor `eval/size`)
   no verdict, only the gap.
 
-Two standard errors, not the one the ratio brackets use, because "ends above the best tuned
-on-policy" is a claim a user acts on; and the three evaluations a smoothed accuracy averages are of
-the same problems, so the error's n · SMOOTH overstates their independence, which the wider margin
-partly makes up for.
+What the verdict can and cannot say. It covers the evaluations' noise, not seed-to-seed training
+variance (the seeds themselves show that). It is conservative both ways in one respect: the two
+accuracies are read as independent although both runs answered the same problems. It leans
+against the method in another: the best member's final is the highest of several on that seed,
+biased upward by the noise that picked it (the winner's curse), so an "above" is conservative,
+while a "below" may be the curse's: plain on-policy, a member, reads below the best member on
+three of spell_backward's five seeds. The sweep's members are listed (`members`) and left out of a
+suite's counts.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_replay.experiments.analysis import RunCurves, _seed
+from llm_replay.experiments.analysis import SMOOTH, RunCurves, _seed
 from llm_replay.experiments.envelope_axis import AXIS
 from llm_replay.experiments.resolution import accuracy_error
 
@@ -50,12 +58,20 @@ COMPUTE_SLACK = 1.02
 VERDICTS = ("above", "level", "below")
 
 
-def accuracy_at(run: RunCurves, compute: float, basis: str = AXIS) -> float:
-    """Smoothed accuracy at the last evaluation within `COMPUTE_SLACK` × `compute` (the first
-    evaluation where even that one is later)."""
+def accuracy_at(run: RunCurves, compute: float, basis: str = AXIS) -> tuple[float, float] | None:
+    """(smoothed accuracy, its compute) at the last evaluation within `COMPUTE_SLACK` ×
+    `compute`; None when even the first evaluation is later."""
     x = run.compute(basis)
     within = np.flatnonzero(x <= compute * COMPUTE_SLACK)
-    return float(run.smoothed[within[-1] if within.size else 0])
+    if not within.size:
+        return None
+    return float(run.smoothed[within[-1]]), float(x[within[-1]])
+
+
+def accuracy_spread(level: float, problems: float) -> float:
+    """One standard error of an accuracy near `level` over another draw of `problems` problems
+    (`resolution.accuracy_error` without the credit for smoothing over evaluations)."""
+    return accuracy_error(level, problems) * math.sqrt(SMOOTH)
 
 
 def gap_reading(
@@ -64,7 +80,8 @@ def gap_reading(
     problems: Mapping[int, float | None],
 ) -> dict[str, Any]:
     """Every method of `runs` against the best final of `by_seed`'s members on each seed
-    (the module docstring); `problems`: each seed's effective eval problems, or None."""
+    (the module docstring); `problems`: each seed's effective eval problems, or None. Gaps and
+    errors in points, accuracies in fractions."""
     seeds = sorted(problems)
     best: dict[int, tuple[str, float]] = {}
     end: dict[int, float] = {}
@@ -76,22 +93,28 @@ def gap_reading(
     methods: dict[str, Any] = {}
     for name, curves in runs.items():
         ids = [_seed(c, i) for i, c in enumerate(curves)]
-        gaps, errors, verdicts = [], [], []
+        entry: dict[str, list[Any]] = {
+            k: []
+            for k in ("gap_per_seed", "error_per_seed", "verdict_per_seed", "read_at_per_seed")
+        }
         for curve, s in zip(curves, ids, strict=True):
             if s not in best:
                 raise ValueError(f"{name}: seed {s} has no member run to read its final against")
-            accuracy, top = accuracy_at(curve, end[s]), best[s][1]
-            error = _gap_error(accuracy, top, problems[s])
-            gap = 100.0 * (accuracy - top)
-            gaps.append(gap)
-            errors.append(None if error is None else 100.0 * error)
-            verdicts.append(None if error is None else verdict(gap, 100.0 * error))
+            read = accuracy_at(curve, end[s])
+            gap = error = call = at = None
+            if read is not None:
+                accuracy, at = read
+                gap = 100.0 * (accuracy - best[s][1])
+                error = _gap_error(accuracy, best[s][1], problems[s])
+                if error is not None and at * COMPUTE_SLACK >= end[s]:
+                    call = verdict(gap, error)
+            for key, value in zip(entry, (gap, error, call, at), strict=True):
+                entry[key].append(value)
+        read_gaps = [g for g in entry["gap_per_seed"] if g is not None]
         methods[name] = {
             "seed_ids": ids,
-            "gap_per_seed": gaps,
-            "error_per_seed": errors,
-            "verdict_per_seed": verdicts,
-            "median_gap": statistics.median(gaps),
+            **entry,
+            "median_gap": statistics.median(read_gaps) if read_gaps else None,
         }
     return {
         "basis": AXIS,
@@ -104,9 +127,10 @@ def gap_reading(
 
 
 def _gap_error(accuracy: float, top: float, problems: float | None) -> float | None:
+    """The gap's standard error in points (None without a problem count)."""
     if problems is None:
         return None
-    return math.hypot(accuracy_error(accuracy, problems), accuracy_error(top, problems))
+    return 100.0 * math.hypot(accuracy_spread(accuracy, problems), accuracy_spread(top, problems))
 
 
 def verdict(gap: float, error: float) -> str:
@@ -133,14 +157,16 @@ def gap_digest(reading: Mapping[str, Any], method: str) -> dict[str, Any]:
 
 
 def across(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Over a method's tasks (their `vs_tuned` digests): seeds above, level and below the best
-    tuned final, and the tasks where most seeds end above (empty where none was read)."""
+    """Over a method's tasks (their `vs_tuned` digests, the sweep's members left out by the
+    caller): seeds above, level and below the best tuned final, the seeds without a verdict,
+    and the tasks where most seeds end above (empty where no task was read)."""
     read = [r for r in rows if "final_gap" in r]
-    calls = [c for r in read for c in r["final_gap_verdict_per_seed"]]
-    if not read or any(c is None for c in calls):
+    if not read:
         return {}
+    calls = [c for r in read for c in r["final_gap_verdict_per_seed"]]
     return {
         "final_gap_seeds": {k: calls.count(k) for k in VERDICTS},
+        "final_gap_seeds_without_verdict": calls.count(None),
         "final_gap_tasks_above": sum(
             2 * list(r["final_gap_verdict_per_seed"]).count("above") > len(r["seed_ids"])
             for r in read
@@ -150,14 +176,22 @@ def across(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def counts(verdicts: Sequence[str | None]) -> str:
-    """ "3 / 2 / 0": seeds above / level / below ("—" where no verdict was given)."""
-    if any(v is None for v in verdicts):
+    """ "3 / 2 / 0": seeds above / level / below, and how many got no verdict ("—" where none
+    did)."""
+    given = [v for v in verdicts if v is not None]
+    if not given:
         return "—"
-    return " / ".join(str(list(verdicts).count(k)) for k in VERDICTS)
+    text = " / ".join(str(given.count(k)) for k in VERDICTS)
+    missing = len(verdicts) - len(given)
+    return text if not missing else f"{text} ({missing} without a verdict)"
 
 
-def _seed_cell(seed: int, gap: float, call: str | None) -> str:
-    return f"{seed}: {gap:+.1f}" + ("" if call is None else f" ({call})")
+def _points(gap: float | None) -> str:
+    return "—" if gap is None else f"{gap:+.1f}"
+
+
+def _seed_cell(seed: int, gap: float | None, call: str | None) -> str:
+    return f"{seed}: {_points(gap)}" + ("" if call is None else f" ({call})")
 
 
 def note_line(reading: Mapping[str, Any]) -> str | None:
@@ -176,25 +210,26 @@ def note_line(reading: Mapping[str, Any]) -> str | None:
                 entry["seed_ids"], entry["gap_per_seed"], entry["verdict_per_seed"], strict=True
             )
         )
-        parts.append(f"{method} {entry['median_gap']:+.1f} ({cells})")
+        parts.append(f"{method} {_points(entry['median_gap'])} ({cells})")
     if not parts:
         return None
     return (
         "Final accuracy against the best member's on each seed, at the envelope's final compute "
-        f"(points; above or below beyond {CREDIBLE:g} standard errors of the gap, "
-        "`experiments/final_gap.py`): " + "; ".join(parts) + "."
+        f"(points; above or below beyond {CREDIBLE:g} standard errors of the gap over another draw "
+        "of the eval problems, `experiments/final_gap.py`): " + "; ".join(parts) + "."
     )
 
 
 def suite_lines(reading: Mapping[str, Any]) -> list[str]:
-    """The suite's Markdown: per method and task, the gap to the best tuned final, per seed, and
-    across tasks how many seeds end above, level and below."""
+    """The suite's Markdown: per method and task (the task's sweep members left out), the gap to
+    the best tuned final, per seed, and across tasks how many seeds end above, level and below."""
     rows, totals = [], []
     for method, entry in reading["methods"].items():
         calls: list[str | None] = []
         for task, r in entry["tasks"].items():
             v = r.get("vs_tuned", {})
-            if "final_gap" not in v:
+            members = (reading["tasks"].get(task, {}).get("envelope") or {}).get("members", ())
+            if "final_gap" not in v or method in members:
                 continue
             calls += v["final_gap_verdict_per_seed"]
             cells = ", ".join(
@@ -207,7 +242,7 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
                 )
             )
             rows.append(
-                f"| {method} | {task} | {v['final_gap']:+.1f} | "
+                f"| {method} | {task} | {_points(v['final_gap'])} | "
                 f"{counts(v['final_gap_verdict_per_seed'])} | {cells} |"
             )
         if calls:
@@ -218,10 +253,9 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
         "",
         "Final accuracy against the best tuned on-policy: each seed's smoothed accuracy at the "
         "envelope's final compute minus the highest final of any member on that seed, in points; "
-        f"above or below beyond {CREDIBLE:g} standard errors of the gap "
-        "(`experiments/final_gap.py`). Seeds above / level / below over every task: "
-        + "; ".join(totals)
-        + ".",
+        f"above or below beyond {CREDIBLE:g} standard errors of the gap over another draw of the "
+        "eval problems (`experiments/final_gap.py`). Seeds above / level / below over every "
+        "task: " + "; ".join(totals) + ".",
         "",
         "| method | task | median gap (points) | seeds above / level / below | gap per seed |",
         "|---|---|---|---|---|",
@@ -255,13 +289,18 @@ def plot_gaps(
         entries = readings[task]["methods"]
         for name in readings[task].get("members", ()):
             if name in entries:
-                gaps = entries[name]["gap_per_seed"]
+                gaps = [g for g in entries[name]["gap_per_seed"] if g is not None]
                 ax.scatter([i - 0.4 + width / 2] * len(gaps), gaps, s=9, color="0.6", zorder=2)
         for j, name in enumerate(methods):
             if name not in entries:
                 continue
             x = i - 0.4 + width * (j + 1.5)
-            gaps, errors = entries[name]["gap_per_seed"], entries[name]["error_per_seed"]
+            entry = entries[name]
+            pairs = zip(entry["gap_per_seed"], entry["error_per_seed"], strict=True)
+            read = [(g, e) for g, e in pairs if g is not None]
+            if not read:
+                continue
+            gaps, errors = [g for g, _ in read], [e for _, e in read]
             spread = np.linspace(-width / 4, width / 4, len(gaps)) if len(gaps) > 1 else [0.0]
             colour = (styles or {}).get(name, {}).get("color", f"C{j}")
             bars = [CREDIBLE * e if e is not None else 0.0 for e in errors]

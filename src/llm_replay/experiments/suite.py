@@ -225,15 +225,15 @@ def plot_suite_final_gap(
     if not readings:
         return None
     members = {m for r in readings.values() for m in r.get("members", ())}
+    names = list(dict.fromkeys(m.name for e in suite.tasks.values() for m in e.methods))
     first = next(iter(suite.tasks.values()))
-    methods = [m.name for m in first.methods if m.name not in members]
     return final_gap.plot_gaps(
         readings,
-        methods,
+        [m for m in names if m not in members],
         out / "suite_final_gap.png",
         title=f"{suite.name}: final accuracy against the best tuned on-policy setting, per seed "
         f"(bars: ±{final_gap.CREDIBLE:g} standard errors)",
-        styles=styles([m.name for m in first.methods], first.baseline),
+        styles=styles(names, first.baseline),
     )
 
 
