@@ -31,9 +31,9 @@ variance (the seeds themselves show that). It is conservative both ways in one r
 accuracies are read as independent although both runs answered the same problems. It leans
 against the method in another: the best member's final is the highest of several on that seed,
 biased upward by the noise that picked it (the winner's curse), so an "above" is conservative,
-while a "below" may be the curse's: plain on-policy, a member, reads below the best member on
-three of spell_backward's five seeds. The sweep's members are listed (`members`) and left out of a
-suite's counts.
+while a "below" may be partly the curse's (plain on-policy, a member, ends 3–4 points under the
+best member on every spell_backward seed, level on each). The sweep's members are listed
+(`members`) and left out of a suite's counts.
 """
 
 from __future__ import annotations
