@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from llm_replay.experiments.analysis import median_or_none
+from llm_replay.experiments.final_gap import VERDICTS as GAP_CALLS
 from llm_replay.experiments.final_gap import plot_gaps
 from llm_replay.experiments.sweep_knobs import PLAYBOOK
 
@@ -215,9 +216,6 @@ def _reading(summary: dict, task: str | None, method: str) -> dict:
         "gap": gap.get("median_gap"),
         "calls": gap.get("verdict_per_seed"),
     }
-
-
-GAP_CALLS = ("above", "level", "below")
 
 
 def _gap_cell(reading: dict, totals: dict[str, int]) -> str:

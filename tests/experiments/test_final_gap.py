@@ -21,6 +21,7 @@ from llm_replay.experiments.final_gap import (
     verdict,
 )
 from llm_replay.experiments.resolution import accuracy_error
+from tests.experiments.test_envelope import run as envelope_run
 
 PLATEAU = [0.35, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47]
 LATE_PLATEAU = [0.35, 0.35, 0.46, 0.46, 0.46, 0.46, 0.46, 0.46]
@@ -30,21 +31,10 @@ PAST_IT = [0.35, 0.40, 0.46, 0.50, 0.55, 0.60, 0.64, 0.66]  # crosses 0.47 later
 def run(
     name: str, seed: int, accuracies: list[float], size: int | None = 500, cost: float = 100
 ) -> RunCurves:
-    records = tuple(
-        {
-            "kind": "eval",
-            "iteration": i,
-            "steps": i,
-            "eval/accuracy": a,
-            **({} if size is None else {"eval/size": float(size)}),
-            "compute/seconds": float(i),
-            "compute/rollouts_generated": 10 * i,
-            "compute/tokens_generated": i * cost / 5,
-            "compute/completion_tokens_trained": 0.0,
-        }
-        for i, a in enumerate(accuracies)
+    """`test_envelope.run`'s curves, with `eval/size` (the split's problems) unless None."""
+    return envelope_run(
+        name, seed, accuracies, cost, **({} if size is None else {"eval/size": size})
     )
-    return RunCurves(Path("/nowhere") / name / f"seed-{seed}", records, ())
 
 
 def plateau_runs(method: list[float], size: int | None = 500) -> dict[str, list[RunCurves]]:
