@@ -95,6 +95,11 @@ def main() -> None:
     }
     tag = "resumed" if options.resume else "first"
     (Path(options.out) / f"report-{tag}-{rank}.json").write_text(json.dumps(report))
+    # Left to interpreter exit, the process group's C++ threads are torn down in no set order, and
+    # a worker that has written its report can still abort ("terminate called without an active
+    # exception"): close it while both processes are here.
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.state.destroy_process_group()
 
 
 if __name__ == "__main__":
