@@ -14,6 +14,11 @@ changes the training run.
 small generator space repeats prompts, greedy decoding answers a repeated prompt the same way
 each time, and the accuracy then moves as one over that many problems, not `eval/size` (on the
 suite's lcm, 500 rows are 48 prompts, 27 effective).
+
+`CORRECT_ROWS` holds each row's greedy verdict, in the split's order, as a string of 0s and 1s
+(500 bytes an evaluation; kept outside the `eval/` keys, which are all numbers): two runs on the
+same split answer the same problems, so a comparison of them can be paired problem by problem
+(`experiments/final_gap.py`) instead of reading each accuracy's noise on its own.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from llm_replay.generation import HFGenerator, SamplingParams
+from llm_replay.metrics.logging import CORRECT_ROWS
 from llm_replay.tasks import Problem, SafeScorer, task_tag
 
 
@@ -61,8 +67,9 @@ def evaluate(
     pass_size: int,
     seed: int,
     batch_rollouts: int = 512,
-) -> dict[str, float]:
-    """Greedy accuracy on all `problems`; pass@k and entropy on the first `pass_size`."""
+) -> dict[str, Any]:
+    """Greedy accuracy on all `problems` (and each row's verdict, `CORRECT_ROWS`); pass@k and
+    entropy on the first `pass_size`."""
     threshold = scorer.task.correct_threshold
     greedy = SamplingParams(sampling.max_new_tokens, temperature=0.0)
     correct = []
@@ -71,10 +78,11 @@ def evaluate(
         texts = tokenizer.batch_decode(out.completions(), skip_special_tokens=True)
         rewards = scorer.score(texts, problems[start : start + batch_rollouts])
         correct.extend((rewards >= threshold).tolist())
-    metrics = {
+    metrics: dict[str, Any] = {
         "eval/accuracy": float(np.mean(correct)),
         "eval/size": float(len(correct)),
         "eval/distinct": distinct_problems(problems),
+        CORRECT_ROWS: "".join("1" if c else "0" for c in correct),
     }
     metrics.update(accuracy_by_task(problems, correct))
     if pass_size:
@@ -139,7 +147,7 @@ class Evaluator:
         self.prompts, self.problems = prompts, problems
         self.sampling, self.pass_k, self.pass_size, self.seed = sampling, pass_k, pass_size, seed
 
-    def __call__(self, iteration: int) -> dict[str, float]:
+    def __call__(self, iteration: int) -> dict[str, Any]:
         """Metrics at `iteration`; its pass@k draws depend on the iteration, not on history."""
         return evaluate(
             self.generator,

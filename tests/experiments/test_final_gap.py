@@ -17,10 +17,13 @@ from llm_replay.experiments.final_gap import (
     accuracy_spread,
     across,
     counts,
+    paired_error,
     plot_gaps,
+    row_scores,
     verdict,
 )
 from llm_replay.experiments.resolution import accuracy_error
+from llm_replay.metrics.logging import CORRECT_ROWS
 from tests.experiments.test_envelope import run as envelope_run
 
 PLATEAU = [0.35, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47, 0.47]
@@ -186,3 +189,54 @@ def test_the_gaps_are_drawn_and_a_suite_task_keeps_the_baselines(tmp_path: Path)
     assert digest["baseline_final_gap_verdict_per_seed"] == ["level", "level"]
     row = suite["methods"]["replay"]["tasks"]["plateau"]["vs_tuned"]
     assert len(row["final_gap_error_per_seed"]) == 2 and row["final_gap_error_per_seed"][0] > 0
+
+
+def with_rows(curve: RunCurves, right: list[int], size: int, logged: int = 0) -> RunCurves:
+    """`curve` over `size` problems, evaluation i right on the first `right[i]` of them; from
+    evaluation `logged` on, each record carries its rows' verdicts (`CORRECT_ROWS`)."""
+    records = []
+    for i, (record, k) in enumerate(zip(curve.records, right, strict=True)):
+        record = {**record, "eval/accuracy": k / size, "eval/size": float(size)}
+        if i >= logged:
+            record[CORRECT_ROWS] = "1" * k + "0" * (size - k)
+        records.append(record)
+    return RunCurves(curve.run_dir, tuple(records), ())
+
+
+def test_rows_both_runs_answer_alike_pair_away_and_a_narrow_gap_resolves() -> None:
+    # 30 problems: on-policy right on the first 14 at the end, replay on the same 14 and 4 more
+    member = [10, 14, 14, 14, 14, 14, 14, 14]
+    method = [10, 12, 14, 15, 16, 18, 18, 18]
+    runs = {
+        "on_policy": [with_rows(run("on_policy", 0, PLATEAU), member, 30)],
+        "replay": [with_rows(run("replay", 0, PLATEAU), method, 30)],
+        "unlogged": [with_rows(run("unlogged", 0, PLATEAU), method, 30, logged=6)],
+    }
+    reading = envelope_reading(runs, baseline="on_policy", sweep=[])
+    gap = reading["final_gap"]["methods"]
+    paired, unpaired = gap["replay"], gap["unlogged"]
+    note = next(line for line in note_lines(reading) if line.startswith("Final accuracy"))
+    assert "paired problem by problem on 1 of 2 seeds" in note
+    assert paired["gap_per_seed"] == pytest.approx([100 * 4 / 30])  # the rows' mean difference
+    assert paired["gap_per_seed"] == pytest.approx(unpaired["gap_per_seed"])
+    share = 4 / 30  # d = 1 on four problems, 0 on the rest
+    assert paired["error_per_seed"] == pytest.approx([100 * (share * (1 - share) / 29) ** 0.5])
+    assert paired["paired_per_seed"] == [True] and paired["verdict_per_seed"] == ["above"]
+    # one of its last three evaluations without rows: read as two independent accuracies
+    assert unpaired["paired_per_seed"] == [False] and unpaired["verdict_per_seed"] == ["level"]
+    assert unpaired["error_per_seed"] == pytest.approx(paired["unpaired_error_per_seed"])
+    assert unpaired["error_per_seed"][0] > 2 * paired["error_per_seed"][0]
+
+
+def test_row_scores_average_the_smoothed_window_and_refuse_mixed_splits() -> None:
+    curve = with_rows(run("m", 0, PLATEAU), [10, 14, 14, 14, 14, 14, 15, 17], 30)
+    scores = row_scores(curve, 7)
+    assert scores is not None and scores.mean() == pytest.approx(curve.smoothed[7])
+    assert scores[14] == pytest.approx(2 / 3) and scores[16] == pytest.approx(1 / 3)
+    records = list(curve.records)
+    records[6] = {**records[6], CORRECT_ROWS: "1" * 31}  # another split's length
+    assert row_scores(RunCurves(curve.run_dir, tuple(records), ()), 7) is None
+    assert row_scores(curve, 0) is not None  # the first evaluation smooths over itself
+    assert paired_error(scores, scores[:-1], 30) is None
+    assert paired_error(scores, scores, 1.0) is None
+    assert paired_error(scores, scores, 30) == 0.0

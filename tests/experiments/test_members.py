@@ -17,6 +17,7 @@ from llm_replay.experiments.members import (
     plot_members,
 )
 from llm_replay.metrics import MetricsLogger
+from llm_replay.metrics.logging import CORRECT_ROWS
 
 RISE = [0.2, 0.3, 0.4, 0.5, 0.6, 0.6, 0.6, 0.6, 0.6, 0.6]
 FLAT = [0.2] * 10
@@ -39,6 +40,7 @@ def mixture_run(path: Path, members: dict[str, list[float]], train_tokens: int =
         record["eval/accuracy"] = sum(c[i] for c in members.values()) / len(members)
         record["eval/pass@8"] = 0.9
         record["eval/entropy"] = 0.5
+        record[CORRECT_ROWS] = "01" * 5  # the whole split's rows, not one member's
         logger.log(record)
     logger.close()
     return RunCurves.load(path)
@@ -64,6 +66,7 @@ def test_a_member_view_has_the_members_readings_as_its_own(tmp_path: Path) -> No
     assert list(view.accuracy) == FLAT
     assert view.final["eval/pass@8"] == pytest.approx(0.4)
     assert not any(k.startswith("eval/a/") for k in view.records[0])
+    assert CORRECT_ROWS in run.records[0] and CORRECT_ROWS not in view.records[0]
     assert list(view.compute("mu_5")) == list(run.compute("mu_5"))
     with pytest.raises(ValueError, match="no evaluation of member 'c'"):
         member_view(run, "c")

@@ -12,6 +12,7 @@ import pytest
 from llm_replay.buffer import Sample
 from llm_replay.config.files import PRESETS_DIR
 from llm_replay.metrics import read_log
+from llm_replay.metrics.logging import CORRECT_ROWS
 from llm_replay.runtime import SyncTrainer
 from llm_replay.runtime.preference import PreferenceTrainer
 from tests.conftest import tiny_config
@@ -63,6 +64,20 @@ def test_replay_reuses_rollouts_and_on_policy_does_not(tmp_path: Path) -> None:
     assert (
         on_policy.meter.counts["rollouts_trained"] == on_policy.meter.counts["rollouts_generated"]
     )
+
+
+def test_every_evaluation_logs_each_rows_verdict_and_the_summary_keeps_numbers(
+    tmp_path: Path,
+) -> None:
+    SyncTrainer(tiny_config("on_policy", tmp_path / "o", "train.iterations=2")).run()
+    evals = [r for r in read_log(tmp_path / "o") if r["kind"] == "eval"]
+    assert len(evals) >= 2
+    for record in evals:
+        rows = record[CORRECT_ROWS]
+        assert set(rows) <= {"0", "1"} and len(rows) == record["eval/size"]
+        assert rows.count("1") / len(rows) == pytest.approx(record["eval/accuracy"])
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert all(isinstance(v, float) for v in summary["final_eval"].values())
 
 
 def test_rlep_restarts_from_base_and_blends_successes(tmp_path: Path) -> None:

@@ -17,18 +17,24 @@ Per seed s, at the envelope's final compute on the μ = 5 axis (the most any mem
   early is not read;
 - its *gap*: that accuracy minus the highest smoothed final accuracy of any member on s, in points
   (the best member's own gap is 0, every member's at most 0);
-- the gap's standard error √(δ_method² + δ_best²), each δ = √(p(1 − p) / n) at its level p over
-  the eval split's n effective problems (the resolution reading's count): the spread of an
-  accuracy over another draw of n problems. Not n · SMOOTH, as the ratio brackets use: the
-  evaluations a smoothed accuracy averages are of the same problems, and on a plateau they
-  answer nearly alike;
+- the gap's standard error over another draw of the eval split's n effective problems (the
+  resolution reading's count). Where both runs logged each row's verdict (`CORRECT_ROWS`) at
+  every evaluation their smoothed accuracies average, it is *paired*: both runs answered the
+  same problems, so each row's smoothed score is differenced, d, and the error is the
+  row-weighted spread of d over n problems, √(var(d) / (n − 1)); a problem both runs get right
+  (or both wrong) adds nothing to it. Otherwise, read as two independent accuracies:
+  √(δ_method² + δ_best²), each δ = √(p(1 − p) / n) at its level p. Neither is n · SMOOTH, as the
+  ratio brackets use: the evaluations a smoothed accuracy averages are of the same problems, and
+  on a plateau they answer nearly alike;
 - **above** when the gap exceeds `CREDIBLE` standard errors, **below** when it is under minus that,
   **level** otherwise; with no problem count (a log with neither `eval/distinct` nor `eval/size`)
   no verdict, only the gap.
 
 What the verdict can and cannot say. It covers the evaluations' noise, not seed-to-seed training
-variance (the seeds themselves show that). It is conservative both ways in one respect: the two
-accuracies are read as independent although both runs answered the same problems. It leans
+variance (the seeds themselves show that). Unpaired (logs from before the row verdicts), it is
+conservative both ways: the two accuracies are read as independent although both runs answered
+the same problems (`paired_per_seed` says which seeds were read paired, and
+`unpaired_error_per_seed` keeps the unpaired error beside the paired one). It leans
 against the method in another: the best member's final is the highest of several on that seed,
 biased upward by the noise that picked it (the winner's curse), so an "above" is conservative,
 while a "below" may be partly the curse's (plain on-policy, a member, ends 3–4 points under the
@@ -49,6 +55,7 @@ import numpy as np
 from llm_replay.experiments.analysis import SMOOTH, RunCurves, _seed
 from llm_replay.experiments.envelope_axis import AXIS
 from llm_replay.experiments.resolution import accuracy_error
+from llm_replay.metrics.logging import CORRECT_ROWS
 
 CREDIBLE = 2.0
 """Standard errors of the gap beyond which a seed ends above (or below) the best member."""
@@ -58,14 +65,43 @@ COMPUTE_SLACK = 1.02
 VERDICTS = ("above", "level", "below")
 
 
+def read_index(run: RunCurves, compute: float, basis: str = AXIS) -> int | None:
+    """The last evaluation within `COMPUTE_SLACK` × `compute`; None when even the first is
+    later."""
+    within = np.flatnonzero(run.compute(basis) <= compute * COMPUTE_SLACK)
+    return int(within[-1]) if within.size else None
+
+
 def accuracy_at(run: RunCurves, compute: float, basis: str = AXIS) -> tuple[float, float] | None:
-    """(smoothed accuracy, its compute) at the last evaluation within `COMPUTE_SLACK` ×
-    `compute`; None when even the first evaluation is later."""
-    x = run.compute(basis)
-    within = np.flatnonzero(x <= compute * COMPUTE_SLACK)
-    if not within.size:
+    """(smoothed accuracy, its compute) at `read_index`; None when even the first evaluation is
+    later."""
+    i = read_index(run, compute, basis)
+    if i is None:
         return None
-    return float(run.smoothed[within[-1]]), float(x[within[-1]])
+    return float(run.smoothed[i]), float(run.compute(basis)[i])
+
+
+def row_scores(run: RunCurves, index: int) -> np.ndarray | None:
+    """Each eval row's smoothed score at evaluation `index`: its verdicts averaged over the
+    evaluations `RunCurves.smoothed` averages there (their mean is the smoothed accuracy). None
+    unless every one of them logged `CORRECT_ROWS`, over the same number of rows."""
+    window = run.records[max(0, index - SMOOTH + 1) : index + 1]
+    rows = [r.get(CORRECT_ROWS) for r in window]
+    texts = [x for x in rows if isinstance(x, str) and x]
+    if len(texts) != len(rows) or len({len(x) for x in texts}) != 1:
+        return None
+    verdicts = [np.frombuffer(x.encode("ascii"), dtype=np.uint8) == ord("1") for x in texts]
+    scores: np.ndarray = np.stack(verdicts).mean(axis=0)
+    return scores
+
+
+def paired_error(method: np.ndarray, best: np.ndarray, problems: float) -> float | None:
+    """The gap's standard error in points from two runs' `row_scores` on the same rows: the
+    row-weighted variance of their difference over `problems` effective problems,
+    √(var(d) / (problems − 1)). None when the rows differ in number or `problems` ≤ 1."""
+    if method.shape != best.shape or problems <= 1:
+        return None
+    return 100.0 * math.sqrt(float(np.var(method - best)) / (problems - 1))
 
 
 def accuracy_spread(level: float, problems: float) -> float:
@@ -84,31 +120,48 @@ def gap_reading(
     errors in points, accuracies in fractions."""
     seeds = sorted(problems)
     best: dict[int, tuple[str, float]] = {}
+    best_rows: dict[int, np.ndarray | None] = {}
     end: dict[int, float] = {}
     for s in seeds:
         finals = {m: float(runs_of[s].smoothed[-1]) for m, runs_of in by_seed.items()}
         leader = max(finals, key=finals.__getitem__)
         best[s] = (leader, finals[leader])
+        top = by_seed[leader][s]
+        best_rows[s] = row_scores(top, len(top.records) - 1)
         end[s] = max(float(runs_of[s].compute(AXIS)[-1]) for runs_of in by_seed.values())
     methods: dict[str, Any] = {}
     for name, curves in runs.items():
         ids = [_seed(c, i) for i, c in enumerate(curves)]
         entry: dict[str, list[Any]] = {
             k: []
-            for k in ("gap_per_seed", "error_per_seed", "verdict_per_seed", "read_at_per_seed")
+            for k in (
+                "gap_per_seed",
+                "error_per_seed",
+                "verdict_per_seed",
+                "read_at_per_seed",
+                "paired_per_seed",
+                "unpaired_error_per_seed",
+            )
         }
         for curve, s in zip(curves, ids, strict=True):
             if s not in best:
                 raise ValueError(f"{name}: seed {s} has no member run to read its final against")
-            read = accuracy_at(curve, end[s])
-            gap = error = call = at = None
-            if read is not None:
-                accuracy, at = read
+            index = read_index(curve, end[s])
+            gap = error = call = at = unpaired = None
+            paired = False
+            if index is not None:
+                accuracy, at = float(curve.smoothed[index]), float(curve.compute(AXIS)[index])
                 gap = 100.0 * (accuracy - best[s][1])
-                error = _gap_error(accuracy, best[s][1], problems[s])
+                error = unpaired = _gap_error(accuracy, best[s][1], problems[s])
+                mine, theirs, n = row_scores(curve, index), best_rows[s], problems[s]
+                if mine is not None and theirs is not None and n is not None:
+                    error_paired = paired_error(mine, theirs, n)
+                    if error_paired is not None:
+                        error, paired = error_paired, True
                 if error is not None and at * COMPUTE_SLACK >= end[s]:
                     call = verdict(gap, error)
-            for key, value in zip(entry, (gap, error, call, at), strict=True):
+            values = (gap, error, call, at, paired, unpaired)
+            for key, value in zip(entry, values, strict=True):
                 entry[key].append(value)
         read_gaps = [g for g in entry["gap_per_seed"] if g is not None]
         methods[name] = {
@@ -153,6 +206,7 @@ def gap_digest(reading: Mapping[str, Any], method: str) -> dict[str, Any]:
         "final_gap_per_seed": entry["gap_per_seed"],
         "final_gap_error_per_seed": entry["error_per_seed"],
         "final_gap_verdict_per_seed": entry["verdict_per_seed"],
+        "final_gap_paired_per_seed": entry.get("paired_per_seed", [False] * len(entry["seed_ids"])),
     }
 
 
@@ -201,9 +255,12 @@ def note_line(reading: Mapping[str, Any]) -> str | None:
         return None
     members = set(reading.get("members") or ())
     parts = []
+    paired = seeds = 0
     for method, entry in gap["methods"].items():
         if method in members:
             continue
+        paired += sum(bool(p) for p in entry.get("paired_per_seed", ()))
+        seeds += len(entry["seed_ids"])
         cells = ", ".join(
             _seed_cell(s, g, v)
             for s, g, v in zip(
@@ -216,7 +273,10 @@ def note_line(reading: Mapping[str, Any]) -> str | None:
     return (
         "Final accuracy against the best member's on each seed, at the envelope's final compute "
         f"(points; above or below beyond {CREDIBLE:g} standard errors of the gap over another draw "
-        "of the eval problems, `experiments/final_gap.py`): " + "; ".join(parts) + "."
+        "of the eval problems, `experiments/final_gap.py`; paired problem by problem on "
+        f"{paired} of {seeds} seeds, where both runs logged each row's verdict): "
+        + "; ".join(parts)
+        + "."
     )
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from llm_replay.experiments.across_tasks import suite_markdown, suite_summary
 from llm_replay.experiments.analysis import RunCurves, compare_methods, margins
 from llm_replay.experiments.suite_stats import BASIS
+from llm_replay.metrics.logging import CORRECT_ROWS
 
 _MEMBER_KEY = re.compile(r"^eval/([^/]+)/(accuracy|entropy|pass@\d+)$")
 _OVERALL = re.compile(r"^eval/(accuracy|entropy|pass@\d+)$")
@@ -45,14 +46,17 @@ def member_names(runs: Sequence[RunCurves]) -> list[str]:
 
 def member_view(run: RunCurves, name: str) -> RunCurves:
     """`run` with member `name`'s accuracy, pass@k and entropy as its overall readings (and no
-    other member's); compute, steps and training records unchanged."""
+    other member's, nor the whole split's row verdicts); compute, steps and training records
+    unchanged."""
     prefix = f"eval/{name}/"
     if prefix + "accuracy" not in run.records[0]:
         raise ValueError(f"{run.run_dir}: no evaluation of member {name!r} ({prefix}accuracy)")
     records = []
     for record in run.records:
         kept = {
-            k: v for k, v in record.items() if not _MEMBER_KEY.match(k) and not _OVERALL.match(k)
+            k: v
+            for k, v in record.items()
+            if not _MEMBER_KEY.match(k) and not _OVERALL.match(k) and k != CORRECT_ROWS
         }
         for key, value in record.items():
             if key.startswith(prefix):

@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 METRICS_FILE = "metrics.jsonl"
+CORRECT_ROWS = "eval_correct_rows"
+"""An evaluation record's key for each eval row's greedy verdict, in the split's order ("0110…",
+one character a row; `evaluation.py`). Not an `eval/` key: those are all numbers."""
 
 
 def _clean(value: Any) -> Any:

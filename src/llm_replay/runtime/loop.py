@@ -89,7 +89,7 @@ class RunRecords(ABC):
         """Gradient steps taken (the learner's policy version)."""
 
     @abstractmethod
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, Any]:
         """The current weights' held-out metrics (`eval/...`)."""
 
     @abstractmethod

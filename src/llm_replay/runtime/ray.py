@@ -338,8 +338,8 @@ class RayTrainer(RunLoop):
         out.update(self.clock.metrics())
         return out
 
-    def evaluate(self) -> dict[str, float]:
-        metrics: dict[str, float] = self._wait_for(self.learner.evaluate.remote(self.iteration))
+    def evaluate(self) -> dict[str, Any]:
+        metrics: dict[str, Any] = self._wait_for(self.learner.evaluate.remote(self.iteration))
         return metrics
 
     def extra_summary(self) -> dict[str, Any]:

@@ -243,7 +243,7 @@ class LearnerActor:
         steps = self.core.iteration(mu, progress)
         return steps, self.core.feed.metrics()
 
-    def evaluate(self, iteration: int) -> dict[str, float]:
+    def evaluate(self, iteration: int) -> dict[str, Any]:
         self.generator.policy_version = self.learner.version
         return self.evaluator(iteration)
 

@@ -136,7 +136,7 @@ class SyncTrainer(RunLoop):
             "RLEP: phase I done after %d iterations; restarting from the base model", self.iteration
         )
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, Any]:
         return self.evaluator(self.iteration)
 
     # ------------------------------------------------------------------ one iteration

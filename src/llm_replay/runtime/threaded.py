@@ -288,7 +288,7 @@ class ThreadedTrainer(RunLoop):
         record.update(self.async_metrics())
         return record
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, Any]:
         self.generator.policy_version = self.learner.version
         return self.evaluator(self.iteration)
 

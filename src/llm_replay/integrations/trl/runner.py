@@ -186,7 +186,7 @@ class TRLRun(RunRecords):
     def steps(self) -> int:
         return int(self.trainer.state.global_step)
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, Any]:
         model = self.trainer.model
         was_training = model.training
         model.eval()
