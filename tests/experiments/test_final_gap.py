@@ -145,6 +145,7 @@ def test_across_tasks_counts_the_seeds_without_a_verdict() -> None:
     ]
     assert across(rows) == {
         "final_gap_seeds": {"above": 2, "level": 1, "below": 0},
+        "final_gap_chosen_seeds": {"above": 0, "level": 0, "below": 0},  # no chosen readings
         "final_gap_seeds_without_verdict": 1,
         "final_gap_tasks_above": 1,
         "final_gap_tasks": 2,
@@ -240,3 +241,39 @@ def test_row_scores_average_the_smoothed_window_and_refuse_mixed_splits() -> Non
     assert paired_error(scores, scores[:-1], 30) is None
     assert paired_error(scores, scores, 1.0) is None
     assert paired_error(scores, scores, 30) == 0.0
+
+
+def test_the_member_chosen_on_the_other_seeds_carries_no_luck_of_this_one() -> None:
+    lucky = [0.35, 0.47, *[0.55] * 6]  # ends highest on seed 0 only
+    plain = [0.35, *[0.38] * 7]
+    method = [0.35, 0.47, *[0.60] * 6]
+    runs = {
+        "on_policy": [run("on_policy", s, PLATEAU) for s in (0, 1, 2)],
+        "on_policy_lr2x": [run("on_policy_lr2x", s, lucky if s == 0 else plain) for s in (0, 1, 2)],
+        "replay": [run("replay", s, method) for s in (0, 1, 2)],
+    }
+    reading = envelope_reading(runs, baseline="on_policy", sweep=["on_policy_lr2x"])
+    gap = reading["final_gap"]
+    assert gap["best_member_per_seed"] == ["on_policy_lr2x", "on_policy", "on_policy"]
+    assert gap["chosen_member_per_seed"] == ["on_policy", "on_policy", "on_policy"]
+    replay = gap["methods"]["replay"]
+    assert replay["gap_per_seed"] == pytest.approx([5.0, 13.0, 13.0])
+    assert replay["verdict_per_seed"] == ["level", "above", "above"]
+    assert replay["chosen_gap_per_seed"] == pytest.approx([13.0, 13.0, 13.0])
+    assert replay["chosen_verdict_per_seed"] == ["above"] * 3
+    note = next(line for line in note_lines(reading) if line.startswith("Final accuracy"))
+    assert "against the member chosen on the other seeds 3 / 0 / 0" in note
+    alone = envelope_reading(
+        {k: v[:1] for k, v in runs.items()}, baseline="on_policy", sweep=["on_policy_lr2x"]
+    )["final_gap"]
+    assert alone["chosen_member_per_seed"] == [None]  # one seed: nothing to choose on
+    assert alone["methods"]["replay"]["chosen_verdict_per_seed"] == [None]
+    summary = compare_methods(runs, baseline="on_policy", bases=["mu_5"])
+    summary["envelope"] = reading
+    suite = suite_summary({"t": summary}, baseline="on_policy")
+    assert suite["methods"]["replay"]["across"]["vs_tuned"]["final_gap_chosen_seeds"] == {
+        "above": 3,
+        "level": 0,
+        "below": 0,
+    }
+    assert "tuned on pilot runs): replay 3 / 0 / 0" in suite_markdown(suite)

@@ -28,7 +28,11 @@ Per seed s, at the envelope's final compute on the μ = 5 axis (the most any mem
   on a plateau they answer nearly alike;
 - **above** when the gap exceeds `CREDIBLE` standard errors, **below** when it is under minus that,
   **level** otherwise; with no problem count (a log with neither `eval/distinct` nor `eval/size`)
-  no verdict, only the gap.
+  no verdict, only the gap;
+- the same against the member *chosen on the other seeds* (`chosen_*`): the member with the
+  highest mean final over every other seed, read on s. That is the setting a user would have
+  tuned on pilot runs, and its final on s carries no selection on s's own noise, where the best
+  of several finals on s is biased upward by it (below).
 
 What the verdict can and cannot say. It covers the evaluations' noise, not seed-to-seed training
 variance (the seeds themselves show that). Unpaired (logs from before the row verdicts), it is
@@ -38,8 +42,9 @@ the same problems (`paired_per_seed` says which seeds were read paired, and
 against the method in another: the best member's final is the highest of several on that seed,
 biased upward by the noise that picked it (the winner's curse), so an "above" is conservative,
 while a "below" may be partly the curse's (plain on-policy, a member, ends 3–4 points under the
-best member on every spell_backward seed, level on each). The sweep's members are listed
-(`members`) and left out of a suite's counts.
+best member on every spell_backward seed, level on each). The member chosen on the other seeds
+has no such bias on s; it may be a worse pick than s's best, which is the cost a user pays too.
+The sweep's members are listed (`members`) and left out of a suite's counts.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,57 +116,50 @@ def accuracy_spread(level: float, problems: float) -> float:
     return accuracy_error(level, problems) * math.sqrt(SMOOTH)
 
 
+@dataclass(frozen=True)
+class _Reference:
+    """A member's run read as the bar on one seed: its name, smoothed final and row scores."""
+
+    member: str
+    final: float
+    rows: np.ndarray | None
+
+    @classmethod
+    def of(cls, member: str, run: RunCurves) -> _Reference:
+        return cls(member, float(run.smoothed[-1]), row_scores(run, len(run.records) - 1))
+
+
 def gap_reading(
     by_seed: Mapping[str, Mapping[int, RunCurves]],
     runs: Mapping[str, Sequence[RunCurves]],
     problems: Mapping[int, float | None],
 ) -> dict[str, Any]:
-    """Every method of `runs` against the best final of `by_seed`'s members on each seed
-    (the module docstring); `problems`: each seed's effective eval problems, or None. Gaps and
-    errors in points, accuracies in fractions."""
+    """Every method of `runs` against the best final of `by_seed`'s members on each seed, and
+    against the member chosen on the other seeds (the module docstring); `problems`: each seed's
+    effective eval problems, or None. Gaps and errors in points, accuracies in fractions."""
     seeds = sorted(problems)
-    best: dict[int, tuple[str, float]] = {}
-    best_rows: dict[int, np.ndarray | None] = {}
+    best: dict[int, _Reference] = {}
+    chosen: dict[int, _Reference | None] = {}
     end: dict[int, float] = {}
     for s in seeds:
         finals = {m: float(runs_of[s].smoothed[-1]) for m, runs_of in by_seed.items()}
         leader = max(finals, key=finals.__getitem__)
-        best[s] = (leader, finals[leader])
-        top = by_seed[leader][s]
-        best_rows[s] = row_scores(top, len(top.records) - 1)
+        best[s] = _Reference.of(leader, by_seed[leader][s])
+        chosen[s] = _chosen_elsewhere(by_seed, s, [t for t in seeds if t != s])
         end[s] = max(float(runs_of[s].compute(AXIS)[-1]) for runs_of in by_seed.values())
     methods: dict[str, Any] = {}
     for name, curves in runs.items():
         ids = [_seed(c, i) for i, c in enumerate(curves)]
-        entry: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "gap_per_seed",
-                "error_per_seed",
-                "verdict_per_seed",
-                "read_at_per_seed",
-                "paired_per_seed",
-                "unpaired_error_per_seed",
-            )
-        }
+        entry: dict[str, list[Any]] = {k: [] for k in (*_READ_KEYS, *_CHOSEN_KEYS)}
         for curve, s in zip(curves, ids, strict=True):
             if s not in best:
                 raise ValueError(f"{name}: seed {s} has no member run to read its final against")
             index = read_index(curve, end[s])
-            gap = error = call = at = unpaired = None
-            paired = False
-            if index is not None:
-                accuracy, at = float(curve.smoothed[index]), float(curve.compute(AXIS)[index])
-                gap = 100.0 * (accuracy - best[s][1])
-                error = unpaired = _gap_error(accuracy, best[s][1], problems[s])
-                mine, theirs, n = row_scores(curve, index), best_rows[s], problems[s]
-                if mine is not None and theirs is not None and n is not None:
-                    error_paired = paired_error(mine, theirs, n)
-                    if error_paired is not None:
-                        error, paired = error_paired, True
-                if error is not None and at * COMPUTE_SLACK >= end[s]:
-                    call = verdict(gap, error)
-            values = (gap, error, call, at, paired, unpaired)
+            at = None if index is None else float(curve.compute(AXIS)[index])
+            read = _against(curve, index, best[s], problems[s], end[s])
+            other = chosen[s]
+            elsewhere = _against(curve, index, other, problems[s], end[s]) if other else None
+            values = (*read, at, *(elsewhere or (None,) * 5)[:3])
             for key, value in zip(entry, values, strict=True):
                 entry[key].append(value)
         read_gaps = [g for g in entry["gap_per_seed"] if g is not None]
@@ -172,11 +171,68 @@ def gap_reading(
     return {
         "basis": AXIS,
         "members": list(by_seed),
-        "best_member_per_seed": [best[s][0] for s in seeds],
-        "best_final_per_seed": [best[s][1] for s in seeds],
+        "best_member_per_seed": [best[s].member for s in seeds],
+        "best_final_per_seed": [best[s].final for s in seeds],
+        "chosen_member_per_seed": [_name(chosen[s]) for s in seeds],
         "at_compute_per_seed": [end[s] for s in seeds],
         "methods": methods,
     }
+
+
+_READ_KEYS = (
+    "gap_per_seed",
+    "error_per_seed",
+    "verdict_per_seed",
+    "paired_per_seed",
+    "unpaired_error_per_seed",
+    "read_at_per_seed",
+)
+_CHOSEN_KEYS = ("chosen_gap_per_seed", "chosen_error_per_seed", "chosen_verdict_per_seed")
+
+
+def _name(reference: _Reference | None) -> str | None:
+    return None if reference is None else reference.member
+
+
+def _chosen_elsewhere(
+    by_seed: Mapping[str, Mapping[int, RunCurves]], seed: int, others: Sequence[int]
+) -> _Reference | None:
+    """The member with the highest mean final over `others` (the setting a user would have
+    tuned on those seeds), read on `seed`; None with no other seed."""
+    if not others:
+        return None
+    means = {
+        m: statistics.fmean(float(runs_of[t].smoothed[-1]) for t in others)
+        for m, runs_of in by_seed.items()
+    }
+    pick = max(means, key=means.__getitem__)
+    return _Reference.of(pick, by_seed[pick][seed])
+
+
+def _against(
+    curve: RunCurves,
+    index: int | None,
+    bar: _Reference,
+    problems: float | None,
+    end: float,
+) -> tuple[float | None, float | None, str | None, bool, float | None]:
+    """(gap, its error, verdict, paired?, unpaired error) of `curve`'s smoothed accuracy at
+    evaluation `index` against `bar`'s final; the error paired where both logged their rows, the
+    verdict only where the run reached `end` (`COMPUTE_SLACK`)."""
+    if index is None:
+        return None, None, None, False, None
+    accuracy = float(curve.smoothed[index])
+    gap = 100.0 * (accuracy - bar.final)
+    error = unpaired = _gap_error(accuracy, bar.final, problems)
+    paired = False
+    mine = row_scores(curve, index)
+    if mine is not None and bar.rows is not None and problems is not None:
+        error_paired = paired_error(mine, bar.rows, problems)
+        if error_paired is not None:
+            error, paired = error_paired, True
+    reached = float(curve.compute(AXIS)[index]) * COMPUTE_SLACK >= end
+    call = verdict(gap, error) if error is not None and reached else None
+    return gap, error, call, paired, unpaired
 
 
 def _gap_error(accuracy: float, top: float, problems: float | None) -> float | None:
@@ -207,6 +263,8 @@ def gap_digest(reading: Mapping[str, Any], method: str) -> dict[str, Any]:
         "final_gap_error_per_seed": entry["error_per_seed"],
         "final_gap_verdict_per_seed": entry["verdict_per_seed"],
         "final_gap_paired_per_seed": entry.get("paired_per_seed", [False] * len(entry["seed_ids"])),
+        "final_gap_chosen_per_seed": entry.get("chosen_gap_per_seed"),
+        "final_gap_chosen_verdict_per_seed": entry.get("chosen_verdict_per_seed"),
     }
 
 
@@ -218,8 +276,10 @@ def across(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if not read:
         return {}
     calls = [c for r in read for c in r["final_gap_verdict_per_seed"]]
+    chosen = [c for r in read for c in r.get("final_gap_chosen_verdict_per_seed") or ()]
     return {
         "final_gap_seeds": {k: calls.count(k) for k in VERDICTS},
+        "final_gap_chosen_seeds": {k: chosen.count(k) for k in VERDICTS},
         "final_gap_seeds_without_verdict": calls.count(None),
         "final_gap_tasks_above": sum(
             2 * list(r["final_gap_verdict_per_seed"]).count("above") > len(r["seed_ids"])
@@ -267,7 +327,11 @@ def note_line(reading: Mapping[str, Any]) -> str | None:
                 entry["seed_ids"], entry["gap_per_seed"], entry["verdict_per_seed"], strict=True
             )
         )
-        parts.append(f"{method} {_points(entry['median_gap'])} ({cells})")
+        chosen = [v for v in entry.get("chosen_verdict_per_seed") or () if v is not None]
+        against = (
+            f"; against the member chosen on the other seeds {counts(chosen)}" if chosen else ""
+        )
+        parts.append(f"{method} {_points(entry['median_gap'])} ({cells}{against})")
     if not parts:
         return None
     return (
@@ -283,15 +347,17 @@ def note_line(reading: Mapping[str, Any]) -> str | None:
 def suite_lines(reading: Mapping[str, Any]) -> list[str]:
     """The suite's Markdown: per method and task (the task's sweep members left out), the gap to
     the best tuned final, per seed, and across tasks how many seeds end above, level and below."""
-    rows, totals = [], []
+    rows, totals, chosen_totals = [], [], []
     for method, entry in reading["methods"].items():
         calls: list[str | None] = []
+        chosen: list[str | None] = []
         for task, r in entry["tasks"].items():
             v = r.get("vs_tuned", {})
             members = (reading["tasks"].get(task, {}).get("envelope") or {}).get("members", ())
             if "final_gap" not in v or method in members:
                 continue
             calls += v["final_gap_verdict_per_seed"]
+            chosen += v.get("final_gap_chosen_verdict_per_seed") or []
             cells = ", ".join(
                 _seed_cell(s, g, c)
                 for s, g, c in zip(
@@ -307,15 +373,23 @@ def suite_lines(reading: Mapping[str, Any]) -> list[str]:
             )
         if calls:
             totals.append(f"{method} {counts(calls)}")
+        if any(c is not None for c in chosen):
+            chosen_totals.append(f"{method} {counts(chosen)}")
     if not rows:
         return []
+    elsewhere = (
+        " Against the member chosen on each seed's other seeds (the setting a user would have "
+        "tuned on pilot runs): " + "; ".join(chosen_totals) + "."
+        if chosen_totals
+        else ""
+    )
     return [
         "",
         "Final accuracy against the best tuned on-policy: each seed's smoothed accuracy at the "
         "envelope's final compute minus the highest final of any member on that seed, in points; "
         f"above or below beyond {CREDIBLE:g} standard errors of the gap over another draw of the "
         "eval problems (`experiments/final_gap.py`). Seeds above / level / below over every "
-        "task: " + "; ".join(totals) + ".",
+        "task: " + "; ".join(totals) + "." + elsewhere,
         "",
         "| method | task | median gap (points) | seeds above / level / below | gap per seed |",
         "|---|---|---|---|---|",
