@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -456,7 +457,7 @@ def plot_gaps(
     ax.set_xticks(range(len(tasks)))
     ax.set_xticklabels(tasks, rotation=20, ha="right", fontsize=8)
     ax.set_ylabel("final accuracy − the best setting's (points)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, 12 * fig.get_figwidth()), fontsize=9)
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     fig.savefig(path)
