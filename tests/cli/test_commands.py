@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from llm_replay.cli import main
+from llm_replay.metrics.logging import CORRECT_ROWS
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
@@ -109,7 +110,11 @@ def test_train_then_eval_from_the_command_line(tmp_path: Path) -> None:
         timeout=300,
     )
     assert ev.returncode == 0, ev.stdout + ev.stderr
-    assert json.loads(out.read_text())["eval/accuracy"] == pytest.approx(summary["final_accuracy"])
+    metrics = json.loads(out.read_text())
+    assert metrics["eval/accuracy"] == pytest.approx(summary["final_accuracy"])
+    rows = metrics[CORRECT_ROWS]  # each row's verdict: in the JSON, not in the table on screen
+    assert rows.count("1") / len(rows) == pytest.approx(metrics["eval/accuracy"])
+    assert CORRECT_ROWS not in ev.stdout and "eval/accuracy" in ev.stdout
 
 
 def test_demo_quick_writes_table_plot_and_figures(

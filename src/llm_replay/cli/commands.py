@@ -25,6 +25,7 @@ from llm_replay.config import ConfigError, load_config
 from llm_replay.config.parse import did_you_mean
 from llm_replay.data.rollout import InvalidRolloutError
 from llm_replay.experiments.comparison_table import comparison_markdown, print_comparison
+from llm_replay.metrics.logging import CORRECT_ROWS
 from llm_replay.models import ModelLoadError
 from llm_replay.tasks import TaskError
 from llm_replay.terminal import console, print_summary, run_training
@@ -64,7 +65,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in metrics.items():
-        table.add_row(key, f"{value:.4f}")
+        if key != CORRECT_ROWS:  # one verdict a row: in --json, not on screen
+            table.add_row(key, f"{value:.4f}")
     console.print(table)
     if args.json:
         Path(args.json).write_text(json.dumps(metrics, indent=1) + "\n")
