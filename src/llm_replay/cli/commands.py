@@ -362,7 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("config", help="a preset's name or a YAML file naming the model and task")
     ev.add_argument("--checkpoint", help="a run directory or its checkpoint/ to load weights from")
     ev.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ev.add_argument("--json", help="also write the metrics to this JSON file")
+    ev.add_argument(
+        "--json",
+        help="also write the metrics to this JSON file, with each row's verdict (eval_correct_rows)",
+    )
     ev.set_defaults(func=cmd_eval)
     for name, func, text in (
         ("compare", cmd_compare, "run methods × seeds on one compute budget; summary + plots"),
