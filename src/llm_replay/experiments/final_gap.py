@@ -119,7 +119,8 @@ def accuracy_spread(level: float, problems: float) -> float:
 
 @dataclass(frozen=True)
 class _Reference:
-    """A member's run read as the bar on one seed: its name, smoothed final and row scores."""
+    """A run's smoothed accuracy at one evaluation and its row scores there: a member's final
+    read as the bar on one seed, or a method's reading against it."""
 
     member: str
     final: float
@@ -156,11 +157,17 @@ def gap_reading(
             if s not in best:
                 raise ValueError(f"{name}: seed {s} has no member run to read its final against")
             index = read_index(curve, end[s])
-            at = None if index is None else float(curve.compute(AXIS)[index])
-            read = _against(curve, index, best[s], problems[s], end[s])
-            other = chosen[s]
-            elsewhere = _against(curve, index, other, problems[s], end[s]) if other else None
-            values = (*read, at, *(elsewhere or (None,) * 5)[:3])
+            if index is None:
+                read = elsewhere = _UNREAD
+                at = None
+            else:
+                at = float(curve.compute(AXIS)[index])
+                mine = _Reference(name, float(curve.smoothed[index]), row_scores(curve, index))
+                reached = at * COMPUTE_SLACK >= end[s]
+                read = _against(mine, best[s], problems[s], reached)
+                other = chosen[s]
+                elsewhere = _against(mine, other, problems[s], reached) if other else _UNREAD
+            values = (*read, at, *elsewhere[:3])
             for key, value in zip(entry, values, strict=True):
                 entry[key].append(value)
         read_gaps = [g for g in entry["gap_per_seed"] if g is not None]
@@ -210,28 +217,21 @@ def _chosen_elsewhere(
     return _Reference.of(pick, by_seed[pick][seed])
 
 
-def _against(
-    curve: RunCurves,
-    index: int | None,
-    bar: _Reference,
-    problems: float | None,
-    end: float,
-) -> tuple[float | None, float | None, str | None, bool, float | None]:
-    """(gap, its error, verdict, paired?, unpaired error) of `curve`'s smoothed accuracy at
-    evaluation `index` against `bar`'s final; the error paired where both logged their rows, the
-    verdict only where the run reached `end` (`COMPUTE_SLACK`)."""
-    if index is None:
-        return None, None, None, False, None
-    accuracy = float(curve.smoothed[index])
-    gap = 100.0 * (accuracy - bar.final)
-    error = unpaired = _gap_error(accuracy, bar.final, problems)
+_Read = tuple[float | None, float | None, str | None, bool, float | None]
+_UNREAD: _Read = (None, None, None, False, None)
+
+
+def _against(mine: _Reference, bar: _Reference, problems: float | None, reached: bool) -> _Read:
+    """(gap, its error, verdict, paired?, unpaired error) of a run's smoothed accuracy `mine`
+    against `bar`'s final; the error paired where both logged their rows, a verdict only where
+    the run `reached` the members' compute."""
+    gap = 100.0 * (mine.final - bar.final)
+    error = unpaired = _gap_error(mine.final, bar.final, problems)
     paired = False
-    mine = row_scores(curve, index)
-    if mine is not None and bar.rows is not None and problems is not None:
-        error_paired = paired_error(mine, bar.rows, problems)
+    if mine.rows is not None and bar.rows is not None and problems is not None:
+        error_paired = paired_error(mine.rows, bar.rows, problems)
         if error_paired is not None:
             error, paired = error_paired, True
-    reached = float(curve.compute(AXIS)[index]) * COMPUTE_SLACK >= end
     call = verdict(gap, error) if error is not None and reached else None
     return gap, error, call, paired, unpaired
 
