@@ -1,12 +1,15 @@
 """The one-screen results summaries, generated from the archived experiment summaries.
 
-Two tables, each carried between its markers by the pages that show it:
+Three tables, each carried between its markers by the pages that show it:
 
 - `results-summary` (README.md, docs/index.md, docs/RESULTS.md): each setting's headline method
   against on-policy GRPO at the method's own settings;
 - `tuned-summary` (docs/methods.md, docs/RESULTS.md; issue #53): `auto` and `auto_steps2` on every
   task read against on-policy tuned one knob at a time, the one member a user would pick (the
-  tuned member) and the best member on each seed (the envelope), with the median over tasks.
+  tuned member) and the best member on each seed (the envelope), with the median over tasks;
+- `acceptance-53` (docs/RESULTS.md): issue #53's acceptance read line by line from the same
+  summaries for `auto`, `auto_steps2` and `auto_steps2_kl10`, each line met or not, so the
+  verdicts are counted by code rather than by hand (`scripts/acceptance_53.py`).
 
 `--write` regenerates every copy from the `summary.json` files `llm-replay report` wrote, `--check`
 (run by the tests) fails when a copy differs, so the figures a reader sees cannot drift from the
@@ -28,6 +31,9 @@ from llm_replay.experiments.analysis import median_or_none
 from llm_replay.experiments.final_gap import VERDICTS as GAP_CALLS
 from llm_replay.experiments.final_gap import plot_gaps
 from llm_replay.experiments.sweep_knobs import PLAYBOOK
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # acceptance_53 sits beside it
+import acceptance_53
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,9 +150,10 @@ def table() -> str:
 
 
 SUITE_SWEEP = "experiment_suite_group_sweep_5seeds/suite_summary.json"
-SUITE_METHODS = {"auto": "auto_carry", "auto_steps2": "auto_steps2"}
-BUILT_IN_METHODS = {"auto": "auto_kl_cov_ar3po", "auto_steps2": "auto_steps2"}
-LATER_METHODS = {"auto": "auto", "auto_steps2": "auto_steps2"}
+KL10 = "auto_steps2_kl10"  # KL-Cov on 10% of the reused tokens: read where it ran
+SUITE_METHODS = {"auto": "auto_carry", "auto_steps2": "auto_steps2", KL10: KL10}
+BUILT_IN_METHODS = {"auto": "auto_kl_cov_ar3po", "auto_steps2": "auto_steps2", KL10: KL10}
+LATER_METHODS = {"auto": "auto", "auto_steps2": "auto_steps2", KL10: KL10}
 HELDOUT_SWEEP = "experiment_heldout_sweep_5seeds/suite_summary.json"
 
 # (task, what it is, summary.json under docs/, its task in a suite summary or None, the rows of
@@ -278,6 +285,12 @@ def tuned_table() -> str:
     return "\n".join(lines)
 
 
+def acceptance_table() -> str:
+    """#53's acceptance for `auto`, `auto_steps2` and `auto_steps2_kl10` over the tuned table's
+    tasks (`scripts/acceptance_53.py`)."""
+    return acceptance_53.table(TUNED_ROWS, ROOT / "docs", ("auto", "auto_steps2", KL10))
+
+
 GAP_FIGURE = "docs/final_gap_by_task.png"
 
 
@@ -331,6 +344,7 @@ def gap_figure() -> Path:
 BLOCKS = {
     "results-summary": (table, ("README.md", "docs/index.md", "docs/RESULTS.md")),
     "tuned-summary": (tuned_table, ("docs/methods.md", "docs/RESULTS.md")),
+    "acceptance-53": (acceptance_table, ("docs/RESULTS.md",)),
 }
 
 
