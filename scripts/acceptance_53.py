@@ -26,7 +26,8 @@ from llm_replay.experiments.tuned_member import DIVERSITY_COUNTED as _MEMBER_KEY
 from llm_replay.experiments.tuned_member import member_diversity
 
 
-def _ratio(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
+    """ "0.42×", or "not reached" for a ratio that has none."""
     return "not reached" if value is None else f"{value:.2f}×"
 
 
@@ -36,10 +37,12 @@ SEEDS = 5  # the worst-seed line asks for at least this many seeds per task
 
 
 def reading(summary: dict, task: str | None, method: str) -> dict | None:
-    """What #53's acceptance reads of one method on one task: its ratio to the envelope's compute
-    (median, per seed, never reached, each seed's verdict at the evaluations' resolution), its
-    worst margin against on-policy's band, its final gaps, and its entropy and pass@8 against plain
-    on-policy's interval and the tuned member's. None where the method has no row."""
+    """What #53's acceptance and the tuned table read of one method on one task (`task`: its name
+    in a suite's summary, None for a single experiment's): its ratio to the envelope's compute
+    (median, per seed, never reached, each seed's verdict at the evaluations' resolution) and to
+    the tuned member's, its worst margin against on-policy's band, its final gaps (median and
+    verdicts), and its entropy and pass@8 against plain on-policy's interval and the tuned
+    member's. None where the method has no row."""
     if task is not None:
         entry = summary["methods"].get(method, {}).get("tasks", {}).get(task)
         if entry is None:
@@ -47,11 +50,13 @@ def reading(summary: dict, task: str | None, method: str) -> dict | None:
         tuned = entry["vs_tuned"]
         return {
             "seeds": entry["seeds"],
+            "member": tuned["member_ratio"],
             "envelope": tuned["ratio"],
             "per_seed": tuned["ratio_per_seed"],
             "never": tuned["never_reached_seeds"],
             "verdicts": tuned.get("verdict_per_seed") or [],
             "margin": entry["worst_margin"],
+            "gap": tuned.get("final_gap"),
             "calls": tuned.get("final_gap_verdict_per_seed"),
             "entropy_kept": entry["entropy_kept"],
             "pass_kept": entry["pass_kept"],
@@ -68,11 +73,13 @@ def reading(summary: dict, task: str | None, method: str) -> dict | None:
     gap = envelope.get("final_gap", {}).get("methods", {}).get(method, {})
     return {
         "seeds": mine["seeds"],
+        "member": envelope["tuned_member"]["methods"][method]["ratio"]["mu_5"],
         "envelope": ratio["ratio"]["mu_5"],
         "per_seed": ratio["ratio_per_seed"]["mu_5"],
         "never": ratio["never_reached_seeds"]["mu_5"],
         "verdicts": envelope["resolution"]["methods"][method]["verdict_per_seed"]["mu_5"],
         "margin": mine["worst_margin_mu_5"],
+        "gap": gap.get("median_gap"),
         "calls": gap.get("verdict_per_seed"),
         "entropy_kept": kept(mine.get("entropy"), base.get("entropy")),
         "pass_kept": kept(mine.get(PASS_KEY), base.get(PASS_KEY)),
@@ -110,7 +117,7 @@ def cells(rows: dict[str, dict], tasks: Sequence[str]) -> list[str]:
     missing = [t for t in tasks if t not in rows]
     median = median_or_none([rows[t]["envelope"] for t in MEDIAN_TASKS if t in rows])
     median_read = [t for t in MEDIAN_TASKS if t in rows]
-    median_cell = f"{_ratio(median)} over {len(median_read)} of {len(MEDIAN_TASKS)} tasks: " + (
+    median_cell = f"{ratio_text(median)} over {len(median_read)} of {len(MEDIAN_TASKS)} tasks: " + (
         _met(median is not None and median <= 0.5 and len(median_read) == len(MEDIAN_TASKS))
     )
     worst_task = max(rows, key=lambda t: _worst(rows[t]["per_seed"]))
@@ -121,7 +128,7 @@ def cells(rows: dict[str, dict], tasks: Sequence[str]) -> list[str]:
     few = [t for t, r in rows.items() if r["seeds"] < SEEDS]
     above_one = sum(_worst([x]) > 1.0 for r in rows.values() for x in r["per_seed"])
     tail_cell = (
-        ("a seed never reaches" if math.isinf(worst) else f"worst {_ratio(worst)}")
+        ("a seed never reaches" if math.isinf(worst) else f"worst {ratio_text(worst)}")
         + f" ({worst_task}); {above_one} seeds "
         f"above 1× and {never} never reach; {worse} of {seeds} resolved worse"
         + (f"; under {SEEDS} seeds on {_listed(few)}" if few else "")

@@ -126,8 +126,7 @@ ROWS = (
 )
 
 
-def _ratio(value: float | None) -> str:
-    return "not reached" if value is None else f"{value:.2f}×"
+_ratio = acceptance_53.ratio_text
 
 
 def table() -> str:
@@ -202,27 +201,10 @@ TUNED_ROWS = (
 
 
 def _reading(summary: dict, task: str | None, method: str) -> dict:
-    """A method's seeds, its ratio to the tuned member's compute and to the envelope's, and its
-    final accuracy against the best member's per seed (`experiments/final_gap.py`)."""
-    if task is not None:  # a suite's summary: the task's digest
-        row = summary["methods"][method]["tasks"][task]
-        tuned = row["vs_tuned"]
-        return {
-            "seeds": row["seeds"],
-            "member": tuned["member_ratio"],
-            "envelope": tuned["ratio"],
-            "gap": tuned.get("final_gap"),
-            "calls": tuned.get("final_gap_verdict_per_seed"),
-        }
-    envelope = summary["envelope"]
-    gap = envelope.get("final_gap", {}).get("methods", {}).get(method, {})
-    return {
-        "seeds": len(envelope["methods"][method]["seed_ids"]),
-        "member": envelope["tuned_member"]["methods"][method]["ratio"]["mu_5"],
-        "envelope": envelope["methods"][method]["baseline_final"]["ratio"]["mu_5"],
-        "gap": gap.get("median_gap"),
-        "calls": gap.get("verdict_per_seed"),
-    }
+    """`acceptance_53.reading` of a method every tuned row has."""
+    read = acceptance_53.reading(summary, task, method)
+    assert read is not None, f"{task}: no {method} row"
+    return read
 
 
 def _gap_cell(reading: dict, totals: dict[str, int]) -> str:
