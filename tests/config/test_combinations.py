@@ -86,3 +86,17 @@ def test_a_replay_ratio_below_one_is_counted_in_the_rows_a_round_trains() -> Non
     text = round_shape_warning(config)
     assert text is not None
     assert "× replay ratio 0.5 = 128 rows to train" in text and "every 2 rounds" in text
+
+
+def test_a_handover_step_larger_than_a_round_is_named_by_its_knob() -> None:
+    # auto at eight steps a round while replaying (B = 64), 384 rows a step once handed over
+    sets = ["train.batch_size=64", "train.micro_batch_size=64"]
+    fits = load_config("auto", [*sets, "replay.anneal.on_policy_batch_size=128"])
+    assert fits.replay.options["anneal"].on_policy_batch_size == 128  # over the recipe's anneal
+    assert round_shape_warning(fits) is None
+    text = round_shape_warning(
+        load_config("auto", [*sets, "replay.anneal.on_policy_batch_size=384"])
+    )
+    assert text is not None
+    assert text.startswith("replay.anneal.on_policy_batch_size = 384: more than a full round")
+    assert "every 1.5 rounds" in text and "set it to 256 or less" in text

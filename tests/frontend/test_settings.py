@@ -16,6 +16,7 @@ from llm_replay.frontend.settings import (
     recipe_over,
     refuse_beyond_replay,
     refuse_rescoring,
+    refuse_step_resizing,
     resolve_method,
 )
 from llm_replay.methods import MethodConfigError
@@ -94,3 +95,15 @@ def test_a_trainer_without_a_reward_model_refuses_rescoring_by_name() -> None:
     refuse_rescoring(options("discount"), "kw", "this trainer")
     with pytest.raises(ConfigError, match=r"^kw\.stale_rewards\.policy = 'rescore': this trainer"):
         refuse_rescoring(options("rescore"), "kw", "this trainer")
+
+
+def test_a_trainer_that_sizes_its_own_steps_refuses_a_step_the_anneal_resizes() -> None:
+    def options(**anneal: Any) -> Any:
+        knobs = {"anneal": {"enabled": True, "mode": "schedule", **anneal}}
+        return resolve_method("positive", knobs, "kw", method_field="kw.method")[0].options
+
+    refuse_step_resizing(options(), "kw", "this trainer")
+    with pytest.raises(
+        ConfigError, match=r"^kw\.anneal\.on_policy_batch_size = 128: this trainer sizes"
+    ):
+        refuse_step_resizing(options(on_policy_batch_size=128), "kw", "this trainer")

@@ -64,3 +64,10 @@ def test_rescoring_is_refused_by_name_without_a_reward_model_of_its_own(tmp_path
         ReplayGRPOConfig(**settings(tmp_path), replay_method="uniform", replay_knobs=knobs)
     knobs["stale_rewards"]["policy"] = "discount"
     ReplayGRPOConfig(**settings(tmp_path), replay_method="uniform", replay_knobs=knobs)
+
+
+def test_a_step_the_anneal_resizes_is_refused_by_name(tmp_path: Path) -> None:
+    """TRL's step is its per-device batch: the anneal cannot resize it."""
+    knobs = {"anneal": {"enabled": True, "mode": "schedule", "on_policy_batch_size": 8}}
+    with pytest.raises(ValueError, match=r"replay_knobs\.anneal\.on_policy_batch_size = 8"):
+        ReplayGRPOConfig(**settings(tmp_path), replay_method="uniform", replay_knobs=knobs)

@@ -16,7 +16,7 @@ from typing import Any
 from llm_replay.config import ReplayConfig
 from llm_replay.config.parse import ConfigError
 from llm_replay.config.recipes import RECIPES, Recipe
-from llm_replay.methods import METHODS, OptionConfig
+from llm_replay.methods import METHODS, OPTIONS, OptionConfig
 from llm_replay.methods.host import needs_reward_model
 
 
@@ -97,6 +97,19 @@ def refuse_rescoring(options: Mapping[str, OptionConfig], prefix: str, trainer: 
             f"{prefix}.{rescoring[0]}: {trainer} has no reward model of its own to re-score "
             "with; keep, evict or discount stale rows instead"
         )
+
+
+def refuse_step_resizing(options: Mapping[str, OptionConfig], prefix: str, trainer: str) -> None:
+    """A trainer whose gradient step is its own size (TRL's per-device batch, verl's
+    mini-batch) cannot take a step that an option resizes during the run (the anneal's
+    `on_policy_batch_size`): refused before the run starts, naming the knob."""
+    for name, option in options.items():
+        knob = OPTIONS[name].resizes_steps(option) if option.enabled else None
+        if knob is not None:
+            raise ConfigError(
+                f"{prefix}.{name}.{knob} = {getattr(option, knob)!r}: {trainer} sizes its "
+                "gradient steps itself, so the step cannot change with the anneal; leave it unset"
+            )
 
 
 def default_advantage(recipe: Recipe | None) -> str:

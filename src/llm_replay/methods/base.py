@@ -203,6 +203,11 @@ class ReplayMethod(ABC, Generic[SettingsT]):
         before each round)."""
         raise TypeError(f"method {self.name!r} has no replay scale")
 
+    def set_step_rows(self, rows: int) -> None:
+        """Rows a gradient step from the next round on (methods whose steps follow a credit of
+        rows, `TableReplay`; a controller that hands the run to on-policy may resize them)."""
+        raise TypeError(f"method {self.name!r} does not size its steps by a credit of rows")
+
     def metrics(self) -> dict[str, float]:
         return {k: float(v) for k, v in self.table.stats().metrics().items()}
 
@@ -274,6 +279,9 @@ class TableReplay(ReplayMethod[SettingsT]):
     (issue #53). Rows the table no longer holds are dropped from the carry (there is nothing
     left to train them from). Above scale 0 nothing is carried: the anchored share of each batch
     is below the fresh round's size by design, and the rest of the round stays drawable.
+
+    B is `train.batch_size` unless a controller resizes the step (`set_step_rows`: the anneal's
+    `on_policy_batch_size`); the credit is in rows, so it carries over a change of B.
     """
 
     async_batches: ClassVar[AsyncMode] = "table"
@@ -285,6 +293,7 @@ class TableReplay(ReplayMethod[SettingsT]):
         self.credit = 0.0
         self.replay_scale = 1.0
         self.carry: np.ndarray = np.zeros(0, dtype=np.int64)  # keys of untrained fresh rows
+        self.step_rows = context.batch_size  # rows a gradient step (`set_step_rows`)
 
     @property
     def replay_ratio(self) -> float:
@@ -296,11 +305,17 @@ class TableReplay(ReplayMethod[SettingsT]):
             raise ValueError(f"replay scale = {scale!r}: must be in [0, 1]")
         self.replay_scale = float(scale)
 
+    def set_step_rows(self, rows: int) -> None:
+        """Rows a gradient step from the next round on (`train.batch_size` until set): a
+        controller that hands the run to on-policy may also move the step size (the anneal's
+        `on_policy_batch_size`); the credit carries over in rows."""
+        self.step_rows = checks.integer("step rows", rows, minimum=1)
+
     def batches(self, fresh: RolloutBatch) -> Iterator[Sample]:
         yield from self.draw(fresh, self.replay_ratio)
 
     def draw(self, fresh: RolloutBatch, ratio: float) -> Iterator[Sample]:
-        batch_size = self.context.batch_size
+        batch_size = self.step_rows
         keys = self.table.insert(fresh)
         self.credit += ratio * len(fresh)
         anchored = round((1.0 - self.replay_scale) * batch_size)
@@ -380,6 +395,12 @@ class MethodOption(ABC, Generic[OptionT]):
     @classmethod
     def refusal(cls, method: type[ReplayMethod[Any]]) -> str | None:
         """Why this option cannot be used with `method`, or None."""
+        return None
+
+    @classmethod
+    def resizes_steps(cls, settings: OptionConfig) -> str | None:
+        """The knob with which, so set, the option changes the rows of a gradient step during
+        the run, or None: a trainer whose step size is its own (TRL, verl) refuses it."""
         return None
 
     @classmethod

@@ -141,7 +141,7 @@ class ComputeOptimalReplay(TableReplay[ComputeOptimalConfig]):
         if per_step is None:
             self.rho = s.rho
             return float(min(s.max_ratio, max(1.0, mu / (s.rho + 1.0 / s.horizon))))
-        fresh_per_batch = self.context.rollouts_per_step / self.context.batch_size
+        fresh_per_batch = self.context.rollouts_per_step / self.step_rows
         y = optimal_ratio(mu, per_step, fresh_per_batch, s.horizon)
         y = float(min(s.max_ratio, max(1.0, y)))
         self.rho = per_step * y * fresh_per_batch  # per round of age at the y chosen
@@ -168,7 +168,7 @@ class ComputeOptimalReplay(TableReplay[ComputeOptimalConfig]):
         # the same, so reuse can start at once when μ rises)
         keys = self.table.insert(fresh)
         version = self.table.policy_version
-        batch_size = self.context.batch_size
+        batch_size = self.step_rows
         for start in range(0, len(fresh), batch_size):
             rows = np.arange(start, min(start + batch_size, len(fresh)))
             yield Sample.from_batch(fresh.select(rows), current_version=version, keys=keys[rows])

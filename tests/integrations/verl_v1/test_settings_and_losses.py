@@ -47,6 +47,10 @@ def build(kwargs: Any, mode: str = "sync") -> ReplaySampler:
             r"sampler_kwargs\.zero_variance\.enabled",
         ),
         (
+            {"method": "uniform", "anneal": {"enabled": True, "on_policy_batch_size": 64}},
+            r"sampler_kwargs\.anneal\.on_policy_batch_size = 64: verl's trainer sizes",
+        ),
+        (
             {"method": "uniform", "stale_rewards": {"enabled": True, "policy": "rescore"}},
             r"sampler_kwargs\.stale_rewards\.policy = 'rescore': verl's trainer has no reward",
         ),

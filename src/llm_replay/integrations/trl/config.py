@@ -27,6 +27,7 @@ from llm_replay.frontend.settings import (
     as_mapping,
     recipe_over,
     refuse_rescoring,
+    refuse_step_resizing,
     resolve_method,
 )
 from llm_replay.frontend.token_control import control_from
@@ -130,6 +131,7 @@ class ReplayGRPOConfig(GRPOConfig):  # type: ignore[misc]
                 "set replay_knobs.replay_ratio instead"
             )
         refuse_rescoring(self.replay.options, "replay_knobs", "ReplayGRPOTrainer")
+        refuse_step_resizing(self.replay.options, "replay_knobs", "ReplayGRPOTrainer")
         self.adaptive = self.adaptive_config()
         self.token_control = self.token_control_config()
         refused, silent = unreported_readings(self.replay.options, TRL_REPORTS)

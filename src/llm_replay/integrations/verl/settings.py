@@ -21,6 +21,7 @@ from llm_replay.frontend.settings import (
     lookup_int,
     refuse_beyond_replay,
     refuse_rescoring,
+    refuse_step_resizing,
     resolve_method,
 )
 from llm_replay.integrations.verl.startup import PREFIX
@@ -78,6 +79,7 @@ class SamplerSettings:
         )
         refuse_beyond_replay(recipe, f"{PREFIX}.method", NOT_RUN)
         refuse_rescoring(replay.options, PREFIX, "verl's trainer")
+        refuse_step_resizing(replay.options, PREFIX, "verl's trainer")
         threshold = number(
             f"{PREFIX}.correct_threshold", own.get("correct_threshold", 1.0), error=ConfigError
         )

@@ -41,11 +41,19 @@ standard errors at or below it, after `guard_min_readings` readings), the scale 
 of the run: on-policy exactly, at the compute on-policy spends. The guard needs `enabled` (it
 acts through the scale) and our learner (TRL, verl and the asynchronous runtimes refuse it).
 
-`anneal/scale` and, per signal, how many rounds it pressed (`anneal/pressed_<signal>`) go into the
-log, so a run says which signal did the work; with the guard, `guard/value`, `guard/error`,
-`guard/readings` and `guard/off` (the round it fell back at, or -1); `guard/value` is the pooled
-cosine. The output-layer gradient norm (DGG, arXiv
-2605.19425) is not among the signals: the learner reports the whole model's gradient norm only.
+`on_policy_batch_size` lets the gradient step follow the scale: `train.batch_size` rows while
+replay runs as configured (s = 1), `on_policy_batch_size` once handed to on-policy (s = 0),
+linear in s between (`TableReplay.set_step_rows`). Replay gains from more, smaller steps a round
+than on-policy does (issue #53: eight steps a round while replaying led lcm for two thirds of the
+budget, then four a round on-policy, on-policy's worst steps setting, flattened it), so each phase
+can take its own. A trainer whose step is its own size (TRL, verl) refuses it.
+
+`anneal/scale` (with `on_policy_batch_size`, `anneal/step_rows` too) and, per signal, how many
+rounds it pressed (`anneal/pressed_<signal>`) go into the log, so a run says which signal did the
+work; with the guard, `guard/value`, `guard/error`, `guard/readings` and `guard/off` (the round it
+fell back at, or -1); `guard/value` is the pooled cosine. The output-layer gradient norm (DGG,
+arXiv 2605.19425) is not among the signals: the learner reports the whole model's gradient norm
+only.
 """
 
 from __future__ import annotations
@@ -107,6 +115,11 @@ class AnnealConfig(OptionConfig):
     guard_min_readings: int = knob(
         30, "guard: readings (about one a round) pooled before it may fall back"
     )
+    on_policy_batch_size: int | None = knob(
+        None,
+        "rows a gradient step once handed to on-policy (scale 0), moving linearly from "
+        "train.batch_size with the scale (None: train.batch_size throughout)",
+    )
 
     def learner_readings(self) -> list[tuple[str, str | None, object]]:
         """In `signals` mode: the drift reading (on by default) and the clip reading (where
@@ -153,6 +166,13 @@ class AnnealConfig(OptionConfig):
             minimum=BLOCK * MIN_BLOCKS,
             error=MethodConfigError,
         )
+        if self.on_policy_batch_size is not None:
+            integer(
+                "on_policy_batch_size",
+                self.on_policy_batch_size,
+                minimum=1,
+                error=MethodConfigError,
+            )
         if self.guard and not self.enabled:
             raise MethodConfigError(
                 "guard = true: it falls back through the anneal's replay scale; set enabled = "
@@ -212,8 +232,27 @@ class Anneal(MethodOption[AnnealConfig]):
         return None
 
     @classmethod
+    def resizes_steps(cls, settings: OptionConfig) -> str | None:
+        if getattr(settings, "on_policy_batch_size", None) is None:
+            return None
+        return "on_policy_batch_size"
+
+    @classmethod
     def needs_progress(cls, settings: OptionConfig) -> bool:
         return getattr(settings, "mode", None) == "schedule"
+
+    def step_rows(self) -> int:
+        """Rows a gradient step at the current scale: `train.batch_size` at 1, the handover's
+        `on_policy_batch_size` at 0, linear in the scale between (rounded to a row)."""
+        replaying, handed = self.context.batch_size, self.settings.on_policy_batch_size
+        if handed is None:
+            return replaying
+        return max(1, round(handed + self.scale * (replaying - handed)))
+
+    def _apply(self) -> None:
+        self.method.set_replay_scale(self.scale)
+        if self.settings.on_policy_batch_size is not None:
+            self.method.set_step_rows(self.step_rows())
 
     def prepare(self, fresh: RolloutBatch) -> RolloutBatch:
         signals = self.context.signals
@@ -236,7 +275,7 @@ class Anneal(MethodOption[AnnealConfig]):
             self.fell_back = self.context.signals.rounds
         if self.scale < OFF or self.fell_back >= 0:
             self.scale = 0.0
-        self.method.set_replay_scale(self.scale)
+        self._apply()
         return fresh
 
     def observe_step(self) -> None:
@@ -305,6 +344,8 @@ class Anneal(MethodOption[AnnealConfig]):
 
     def metrics(self) -> dict[str, float]:
         out = {"anneal/scale": self.scale}
+        if self.settings.on_policy_batch_size is not None:
+            out["anneal/step_rows"] = float(self.step_rows())
         if self.settings.mode == "signals":
             out.update({f"anneal/pressed_{k}": float(v) for k, v in self.pressed.items()})
             if self.entropy is not None:
@@ -340,4 +381,4 @@ class Anneal(MethodOption[AnnealConfig]):
             self.value.load_state(state["guard"])
             self.fell_back = int(state["fell_back"])
         if self._method is not None:
-            self._method.set_replay_scale(self.scale)
+            self._apply()
