@@ -95,30 +95,33 @@ def _experiments(path: Path) -> list[Experiment]:
 
 
 @pytest.mark.parametrize(
-    ("experiment", "row"),
+    ("experiment", "row", "preset"),
     [
-        ("experiment_suite_group_sweep_5seeds.yaml", "auto_steps2"),
-        ("experiment_heldout_sweep.yaml", "auto_steps2"),
-        ("experiment_palindrome.yaml", "auto_steps2"),
-        ("experiment_chain_sum_sweep.yaml", "auto_steps2"),
-        ("experiment_spell_sweep_5seeds.yaml", "auto_steps2"),
-        ("experiment_countdown_10seeds.yaml", "auto_steps2_2x"),
+        ("experiment_suite_group_sweep_5seeds.yaml", "auto_steps2", "auto_steps2"),
+        ("experiment_heldout_sweep.yaml", "auto_steps2", "auto_steps2"),
+        ("experiment_palindrome.yaml", "auto_steps2", "auto_steps2"),
+        ("experiment_chain_sum_sweep.yaml", "auto_steps2", "auto_steps2"),
+        ("experiment_spell_sweep_5seeds.yaml", "auto_steps2", "auto_steps2"),
+        ("experiment_countdown_10seeds.yaml", "auto_steps2_2x", "auto_steps2"),
+        ("experiment_suite_step_anneal.yaml", "auto_steps8to2", "auto_steps8to2"),
+        ("experiment_chain_sum_step_anneal.yaml", "auto_steps8to2", "auto_steps8to2"),
     ],
 )
-def test_the_auto_steps2_preset_is_the_row_read_against_a_tuned_on_policy(
-    experiment: str, row: str
+def test_a_steps_preset_is_the_row_read_against_a_tuned_on_policy(
+    experiment: str, row: str, preset: str
 ) -> None:
-    """`auto_steps2`'s figures (docs/methods.md, "Against a tuned on-policy") are these rows,
-    archived as they are configured; the preset trains what they measured, in every setting but
-    those the experiment sets for all its rows (where its baseline differs from the `on_policy`
-    preset: task, model, evaluation) and the row's budget."""
+    """`auto_steps2`'s figures (docs/methods.md, "Against a tuned on-policy") and
+    `auto_steps8to2`'s (docs/RESULTS.md) are these rows, archived as they are configured; the
+    preset trains what they measured, in every setting but those the experiment sets for all its
+    rows (where its baseline differs from the `on_policy` preset: task, model, evaluation) and the
+    row's budget."""
     for loaded in _experiments(ROOT / "configs" / experiment):
         current = protocol_of(run_config(loaded, loaded.method(row), 0))
         archived = archived_dir(ROOT / loaded.archive, row, 0) / "protocol.json"
         assert protocol_differences(json.loads(archived.read_text()), current) == []
         baseline = protocol_of(run_config(loaded, loaded.method(loaded.baseline), 0))
         shared = {*_keys(protocol_of(load_config("on_policy")), baseline), "train.compute_budget"}
-        assert _keys(protocol_of(load_config("auto_steps2")), current) <= shared
+        assert _keys(protocol_of(load_config(preset)), current) <= shared
 
 
 def _keys(one: dict, other: dict) -> set[str]:
