@@ -162,6 +162,7 @@ def test_a_rounds_method_runs_and_resumes_on_ray(tmp_path: Path) -> None:
     assert last["buffer/size"] > 0 and last["async/workers_alive"] == 2
 
 
+@pytest.mark.timeout(600)  # a killed shard and worker restart: 300 s ran out beside experiments
 def test_two_durable_shards_survive_a_killed_shard_and_a_killed_worker(tmp_path: Path) -> None:
     """The extended fault test: shard 1's actor and a worker die mid-run; Ray restarts the shard
     from its durable log, the front retries, and the checkpoint loses and doubles nothing."""
