@@ -33,11 +33,16 @@ TINY_KNOBS: dict[str, Any] = {"capacity": 64, "phase1_iterations": 2, "min_corre
 
 
 def tiny_sets(path: Path | None, *extra: str) -> list[str]:
-    """`--set` overrides that shrink any preset to a run of seconds."""
-    probe = load_config(path, [*TINY, *extra])
+    """`--set` overrides that shrink any preset to a run of seconds. A preset that sizes its step
+    by `train.steps_per_round` keeps doing so, of the tiny round."""
+    tiny = TINY
+    asks = any(s.startswith("train.steps_per_round=") for s in extra)
+    if asks or (path is not None and load_config(path).train.steps_per_round is not None):
+        tiny = [s for s in TINY if not s.startswith("train.batch_size=")]
+    probe = load_config(path, [*tiny, *extra])
     own = {f.name for f in dataclasses.fields(probe.replay.settings)}
     knobs = [f"replay.{k}={v}" for k, v in TINY_KNOBS.items() if k in own]
-    return [*TINY, *knobs, *extra]
+    return [*tiny, *knobs, *extra]
 
 
 def tiny_config(path: Path | None, run_dir: Path, *extra: str) -> Config:

@@ -279,3 +279,16 @@ def test_the_replay_controller_reads_a_learner_statistic_in_the_sync_loop(tmp_pa
     config = tiny_config("uniform", tmp_path, "train.iterations=5", *ANNEAL_ON_M2)
     SyncTrainer(config).run()
     assert_anneal_read_the_learners_m2(tmp_path)
+
+
+@pytest.mark.parametrize(("preset", "per_round"), [("on_policy", 2), ("positive", 4)])
+def test_steps_per_round_trains_that_many_steps_of_each_round(
+    preset: str, per_round: int, tmp_path: Path
+) -> None:
+    """Two steps a round of the tiny 16-rollout round: steps of 8, two a round on-policy and four
+    under replay at y = 2 (the credit is y × the round)."""
+    config = tiny_config(preset, tmp_path / "run", "train.iterations=3", "train.steps_per_round=2")
+    assert config.train.batch_size == 8
+    SyncTrainer(config).run()
+    log = [r for r in read_log(tmp_path / "run") if r["kind"] == "train"]
+    assert [r["steps"] for r in log] == [per_round, 2 * per_round, 3 * per_round]

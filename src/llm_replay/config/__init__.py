@@ -50,6 +50,7 @@ from llm_replay.config.sections import (
     TaskConfig,
     TrainConfig,
 )
+from llm_replay.config.steps import resolve_steps
 from llm_replay.config.workers import WorkersConfig
 from llm_replay.methods import (
     METHODS,
@@ -421,6 +422,13 @@ class Config:
                 f"generation.adaptive.enabled: not with replay.method = {self.replay.method!r} "
                 f"({adaptive_refusal})"
             )
+        steps = self.train.steps_per_round
+        if steps is not None and self.train.batch_size * steps != self.generation.rollouts_per_step:
+            raise ConfigError(
+                f"train.batch_size = {self.train.batch_size}: not the step train.steps_per_round "
+                f"= {steps} makes of a round of {self.generation.rollouts_per_step} rollouts (a "
+                "config read from a file or mapping has it set; one built in code sets it too)"
+            )
         shape = round_shape_warning(self)
         if shape is not None and shape not in _WARNED:  # a config is built once a run, and again
             _WARNED.add(shape)
@@ -449,7 +457,7 @@ def config_from_dict(data: dict[str, Any], overrides: list[str] | tuple[str, ...
             node = child
         node[parts[-1]] = value
     try:
-        return typing.cast(Config, build(Config, recipes.resolve(data)))
+        return typing.cast(Config, build(Config, resolve_steps(recipes.resolve(data))))
     except ConfigError as error:
         hint = recipes.recipe_hint(data, str(error))
         if not hint:

@@ -27,6 +27,7 @@ from llm_replay.config.parse import (
     merged,
     yaml_error,
 )
+from llm_replay.config.steps import resolve_steps
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 MAX_EXTENDS_DEPTH = 32
@@ -158,7 +159,10 @@ class Preset:
             "# `llm-replay train my.yaml`.\n"
         )
         body = yaml.safe_dump(
-            self.resolved(), sort_keys=False, allow_unicode=True, default_flow_style=None
+            resolve_steps(self.resolved()),
+            sort_keys=False,
+            allow_unicode=True,
+            default_flow_style=None,
         )
         return header + str(body)
 

@@ -207,6 +207,12 @@ class TrainConfig:
         "y) a step comes every few rounds, and the config loads with a warning",
     )
     micro_batch_size: int = setting(256, "rollouts per forward/backward pass within a step")
+    steps_per_round: int | None = setting(
+        None,
+        "gradient steps a round's fresh rollouts make: sets batch_size to prompts_per_step × "
+        "group_size / this when the config is read (micro_batch_size held to it); replay at "
+        "ratio y trains y times as many",
+    )
     seed: int = setting(0, "the run's seed: prompt order, sampling, table draws")
     threads: int | None = setting(None, "torch threads; None: torch's default")
 
@@ -219,6 +225,8 @@ class TrainConfig:
         check_basis("budget_basis", self.budget_basis)
         check_positive("batch_size", self.batch_size)
         check_positive("micro_batch_size", self.micro_batch_size)
+        if self.steps_per_round is not None:
+            check_positive("steps_per_round", self.steps_per_round)
         if self.threads is not None:
             check_positive("threads", self.threads)
 
