@@ -4,11 +4,12 @@ Three tables, each carried between its markers by the pages that show it:
 
 - `results-summary` (README.md, docs/index.md, docs/RESULTS.md): each setting's headline method
   against on-policy GRPO at the method's own settings;
-- `tuned-summary` (docs/methods.md, docs/RESULTS.md; issue #53): `auto` and `auto_steps2` on every
+- `tuned-summary` (docs/methods.md, docs/RESULTS.md; issue #53): `auto_steps1` (one gradient step
+  a round, `auto` until #53) and `auto_steps2` (two, `auto` since) on every
   task read against on-policy tuned one knob at a time, the one member a user would pick (the
   tuned member) and the best member on each seed (the envelope), with the median over tasks;
 - `acceptance-53` (docs/RESULTS.md): issue #53's acceptance read line by line from the same
-  summaries for `auto`, `auto_steps2` and `auto_steps2_kl10`, each line met or not, so the
+  summaries for `auto_steps1`, `auto_steps2` and `auto_steps2_kl10`, each line met or not, so the
   verdicts are counted by code rather than by hand (`scripts/acceptance_53.py`).
 
 `--write` regenerates every copy from the `summary.json` files `llm-replay report` wrote, `--check`
@@ -55,7 +56,8 @@ ROWS = (
         "chain_sum, to on-policy's plateau",
         "experiment_plateau/against_on_policy_2x",
         "auto_kl_cov_ar3po",
-        "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+        "`auto_steps1` (one step a round, the default #38–#53): the schedule + KL-Cov on reused "
+        "tokens + adaptive rollouts",
     ),
     (
         "spell_backward, 3.6·10⁷ on μ = 5",
@@ -73,37 +75,38 @@ ROWS = (
         "spell_backward, 3.6·10⁷ on μ = 5",
         "experiment_spell/against_on_policy_4x",
         "auto_kl_cov_ar3po",
-        "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+        "`auto_steps1` (one step a round, the default #38–#53): the schedule + KL-Cov on reused "
+        "tokens + adaptive rollouts",
     ),
     (
         "held-out task simple_equations, 10⁶ on μ = 5",
         "experiment_heldout/simple_equations",
         "auto",
-        "**`auto`** on a task added after it was chosen (issue #38)",
+        "`auto_steps1` (one step a round, the default #38–#53) on a task added after it was chosen (issue #38)",
     ),
     (
         "held-out task count_primes, 10⁶ on μ = 5",
         "experiment_heldout/count_primes",
         "auto",
-        "**`auto`** on a task added after it was chosen (issue #38)",
+        "`auto_steps1` (one step a round, the default #38–#53) on a task added after it was chosen (issue #38)",
     ),
     (
         "a new kind, palindrome_generation (several right answers), 10⁶ on μ = 5",
         "experiment_palindrome/palindrome_generation",
-        "auto",
-        "**`auto`** on a task of a kind the suite lacks, added after #53's sweep (issue #53)",
+        "auto_steps2",
+        "**`auto`** (two steps a round since #53) on a task of a kind the suite lacks, added after #53's sweep",
     ),
     (
         "a search task, countdown (many right answers), 2·10⁶ on μ = 5",
         "experiment_countdown_10seeds/countdown/against_on_policy_2x",
-        "auto_2x",
-        "**`auto`** on a task of a kind the suite lacks, added after the guard (issue #53)",
+        "auto_steps2_2x",
+        "**`auto`** (two steps a round since #53) on a task of a kind the suite lacks, added after the guard",
     ),
     (
         "threaded runtime, chain_sum, 9·10⁵ on μ = 5",
         "experiment_runtimes/against_on_policy_threaded",
-        "auto_threaded",
-        "**`auto`**, generation workers and the learner at once (issue #38)",
+        "auto_steps2_threaded",
+        "**`auto`** (two steps a round since #53), generation workers and the learner at once",
     ),
     (
         "inside TRL's GRPOTrainer, chain_sum",
@@ -115,13 +118,14 @@ ROWS = (
         "inside TRL's GRPOTrainer, chain_sum",
         "experiment_trl/auto_kl_cov_ar3po",
         "trl_auto_kl_cov_ar3po",
-        "**`auto`**: the schedule + KL-Cov on reused tokens + adaptive rollouts (issue #38)",
+        "**`auto`** in TRL: the schedule + KL-Cov on reused tokens + adaptive rollouts, at one "
+        "step a generation (what TRL's adaptive rollouts need)",
     ),
     (
         "a mixture: gcd, products, binary_alternation, lcm in one run, 2·10⁶ on μ = 5",
         "experiment_mixture",
-        "auto",
-        "**`auto`**, one policy on four suite tasks at once (issue #56)",
+        "auto_steps2",
+        "**`auto`** (two steps a round since #53), one policy on four suite tasks at once",
     ),
 )
 
@@ -150,9 +154,9 @@ def table() -> str:
 
 SUITE_SWEEP = "experiment_suite_group_sweep_5seeds/suite_summary.json"
 KL10 = "auto_steps2_kl10"  # KL-Cov on 10% of the reused tokens: read where it ran
-SUITE_METHODS = {"auto": "auto_carry", "auto_steps2": "auto_steps2", KL10: KL10}
-BUILT_IN_METHODS = {"auto": "auto_kl_cov_ar3po", "auto_steps2": "auto_steps2", KL10: KL10}
-LATER_METHODS = {"auto": "auto", "auto_steps2": "auto_steps2", KL10: KL10}
+SUITE_METHODS = {"auto_steps1": "auto_carry", "auto_steps2": "auto_steps2", KL10: KL10}
+BUILT_IN_METHODS = {"auto_steps1": "auto_kl_cov_ar3po", "auto_steps2": "auto_steps2", KL10: KL10}
+LATER_METHODS = {"auto_steps1": "auto", "auto_steps2": "auto_steps2", KL10: KL10}
 HELDOUT_SWEEP = "experiment_heldout_sweep_5seeds/suite_summary.json"
 
 # (task, what it is, summary.json under docs/, its task in a suite summary or None, the rows of
@@ -194,7 +198,7 @@ TUNED_ROWS = (
         "a new kind, added after the guard",
         "experiment_countdown_10seeds/suite_summary.json",
         "countdown",
-        {"auto": "auto_2x", "auto_steps2": "auto_steps2_2x"},
+        {"auto_steps1": "auto_2x", "auto_steps2": "auto_steps2_2x"},
         False,
     ),
 )
@@ -233,8 +237,9 @@ def _member_and_sweep(summary: dict, task: str | None) -> tuple[str, str]:
 
 def tuned_table() -> str:
     lines = [
-        "| task | kind | seeds (`auto`, `auto_steps2`) | tuned member (settings swept) | "
-        "`auto` vs tuned member | `auto_steps2` vs tuned member | `auto_steps2` vs envelope | "
+        "| task | kind | seeds (`auto_steps1`, `auto_steps2`) | tuned member (settings swept) | "
+        "`auto_steps1` vs tuned member | `auto_steps2` (`auto` since #53) vs tuned member | "
+        "`auto_steps2` vs envelope | "
         "`auto_steps2`'s final − the best member's, points (seeds above/level/below) |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -242,7 +247,7 @@ def tuned_table() -> str:
     totals = dict.fromkeys(GAP_CALLS, 0)
     for task, kind, path, key, methods, swept in TUNED_ROWS:
         summary = json.loads((ROOT / "docs" / path).read_text())
-        auto = _reading(summary, key, methods["auto"])
+        auto = _reading(summary, key, methods["auto_steps1"])
         steps2 = _reading(summary, key, methods["auto_steps2"])
         member, members = _member_and_sweep(summary, key)
         tuned = f"`{member}` ({members})"
@@ -268,16 +273,16 @@ def tuned_table() -> str:
 
 
 def acceptance_table() -> str:
-    """#53's acceptance for `auto`, `auto_steps2` and `auto_steps2_kl10` over the tuned table's
+    """#53's acceptance for `auto_steps1`, `auto_steps2` and `auto_steps2_kl10` over the tuned table's
     tasks (`scripts/acceptance_53.py`)."""
-    return acceptance_53.table(TUNED_ROWS, ROOT / "docs", ("auto", "auto_steps2", KL10))
+    return acceptance_53.table(TUNED_ROWS, ROOT / "docs", ("auto_steps1", "auto_steps2", KL10))
 
 
 GAP_FIGURE = "docs/final_gap_by_task.png"
 
 
 def _gap_reading(summary: dict, task: str | None, methods: dict[str, str]) -> dict:
-    """A task's final gaps for `plot_gaps`: the members' and `auto`'s and `auto_steps2`'s, under
+    """A task's final gaps for `plot_gaps`: the members' and `auto_steps1`'s and `auto_steps2`'s, under
     the tuned table's names."""
     if task is None:
         envelope = summary["envelope"]
@@ -312,11 +317,11 @@ def gap_figure() -> Path:
             readings[task] = _gap_reading(summary, key, methods)
     drawn = plot_gaps(
         readings,
-        ["auto", "auto_steps2"],
+        ["auto_steps1", "auto_steps2"],
         ROOT / GAP_FIGURE,
         title="final accuracy − the best of six on-policy settings' on each seed, at the same "
         "compute (bars: ±2 standard errors; grey: the other settings)",
-        styles={"auto": {"color": "tab:blue"}, "auto_steps2": {"color": "tab:orange"}},
+        styles={"auto_steps1": {"color": "tab:blue"}, "auto_steps2": {"color": "tab:orange"}},
     )
     assert drawn is not None
     return drawn

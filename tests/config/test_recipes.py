@@ -18,7 +18,15 @@ from llm_replay.experiments.suite import is_suite, load_suite
 ROOT = Path(__file__).resolve().parents[2]
 
 
-RECIPE_SECTIONS = ("replay.", "algorithm.", "generation.adaptive.")
+RECIPE_SECTIONS = (
+    "replay.",
+    "algorithm.",
+    "generation.adaptive.",
+    "train.batch_size",
+    "train.micro_batch_size",
+)
+"""What a recipe sets, as a saved protocol records it (`train.steps_per_round` is how the step is
+asked for; the step trained is `train.batch_size`)."""
 
 
 def without_name(protocol: dict) -> dict:
@@ -61,9 +69,25 @@ def test_the_presets_are_the_measured_rows_exactly() -> None:
     assert without_name(protocol_of(load_config("positive_schedule"))) == without_name(
         protocol_of(measured)
     )
-    # `auto` is the row issue #38 measured as auto_kl_cov_ar3po, on every task and in TRL
-    assert without_name(protocol_of(load_config("auto"))) == without_name(
-        protocol_of(load_config("auto_kl_cov_ar3po"))
+    # `auto` from #38 to #53 (`auto_steps1`) is the row issue #38 measured as auto_kl_cov_ar3po,
+    # on every task and in TRL; `auto` is that row at two steps a round
+    row = without_name(protocol_of(load_config("auto_kl_cov_ar3po")))
+    one = without_name(protocol_of(load_config("auto_steps1")))
+    assert _keys(row, one) == {"train.steps_per_round"}
+    two = load_config("auto")
+    assert _keys(row, without_name(protocol_of(two))) == {
+        "train.steps_per_round",
+        "train.batch_size",
+        "train.micro_batch_size",
+    }
+    assert (two.train.steps_per_round, two.train.batch_size, two.train.micro_batch_size) == (
+        2,
+        128,
+        128,
+    )
+    assert (
+        _keys(without_name(protocol_of(two)), without_name(protocol_of(load_config("auto_steps2"))))
+        == set()
     )
 
 
@@ -81,7 +105,7 @@ def test_archived_runs_count_as_the_recipes(experiment: str, row: str) -> None:
     the recipe existed); the archive accepts them as made under it."""
     loaded = load_experiment(ROOT / "configs" / experiment)
     method = loaded.method(row)
-    recipe = "positive_schedule" if row == "positive_schedule" else "auto"
+    recipe = "positive_schedule" if row == "positive_schedule" else "auto_steps1"
     for seed in (0, 1):
         archived = ROOT / loaded.archive / row / f"seed-{seed}" / "protocol.json"
         current = protocol_of(run_config(loaded, method, seed))
@@ -226,3 +250,18 @@ def test_archives_made_under_the_old_name_of_compute_optimal_still_match() -> No
     assert protocol_differences(archived, {"replay": {"method": "positive", "rho": 1.0}}) == [
         "replay.method: 'compute_optimal' -> 'positive'"
     ]
+
+
+def test_autos_two_steps_a_round_yield_to_a_step_the_user_sized() -> None:
+    """The recipe's `train.steps_per_round` goes under the user's settings: a step given in
+    rollouts (`train.batch_size` other than the default) or as steps a round is kept."""
+    assert load_config(None, ["replay.method=auto"]).train.batch_size == 128
+    assert load_config("auto", ["generation.prompts_per_step=64"]).train.batch_size == 256
+    own = load_config("auto", ["train.batch_size=64"])
+    assert (own.train.batch_size, own.train.steps_per_round) == (64, None)
+    one = load_config("auto", ["train.steps_per_round=1"])
+    assert (one.train.batch_size, one.train.steps_per_round) == (256, 1)
+    assert load_config("positive_schedule").train.batch_size == 256  # its own parts only
+    assert RECIPES["auto"].train == {"steps_per_round": 2}
+    assert ("train.steps_per_round", 2) in RECIPES["auto"].parts()
+    assert "train.steps_per_round" in RECIPES["auto"].beyond_replay()

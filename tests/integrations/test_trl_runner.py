@@ -85,8 +85,14 @@ def test_run_configs_map_onto_trl_fields(tmp_path: Path, monkeypatch: pytest.Mon
         trl_arguments(load_config("positive_fixed_set"), tmp_path)
     with pytest.raises(ConfigError, match=r"algorithm\.head_gate: not with backend 'trl'"):
         trl_arguments(load_config("auto_kl_cov_dgg"), tmp_path)
+    guarded = load_config("auto_guard", ["train.steps_per_round=1"])
     with pytest.raises(ValueError, match=r"replay_knobs\.anneal\.guard = True: it reads"):
-        trl_arguments(load_config("auto_guard"), tmp_path)  # TRL's loss cannot split its rows
+        trl_arguments(guarded, tmp_path)  # TRL's loss cannot split its rows
+    # `auto`'s two steps a round are our loop's; TRL's adaptive rollouts take one a generation
+    with pytest.raises(ConfigError, match=r"train\.steps_per_round = 2: backend 'trl'"):
+        trl_arguments(load_config("auto"), tmp_path)
+    one = trl_arguments(load_config("auto_steps1"), tmp_path)
+    assert (one.per_device_train_batch_size, one.steps_per_generation) == (256, 1)
     anneal = trl_arguments(load_config("positive_anneal"), tmp_path)
     assert anneal.replay.options["anneal"].enabled  # the replay options reach the TRL trainer
 

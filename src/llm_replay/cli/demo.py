@@ -2,11 +2,13 @@
 from the shipped tiny model.
 
 `auto` is positive-biased replay with AsymRE annealed to on-policy between 10% and 60% of the
-budget, with KL-Cov on the reused tokens and AR3PO's adaptive rollouts (docs/methods.md). The
-demo's budget (6·10⁵ on μ = 5, ~3 minutes) is a short run far below on-policy's plateau; there
-`auto` needed 0.50× of on-policy's compute where plain positive-biased replay (`--replay
-positive`, the demo until issue #38) needed 0.75× and the schedule alone (`--replay
-positive_schedule`) 1.12× (docs/RESULTS.md, "Training demo").
+budget, with KL-Cov on the reused tokens, AR3PO's adaptive rollouts and two gradient steps a
+round (docs/methods.md). The demo's budget (6·10⁵ on μ = 5, ~3 minutes) is a short run far below
+on-policy's plateau; there `auto` needed 0.37× of on-policy's compute at three seeds (0.50× at one
+step a round, `--replay auto_steps1`, the demo's replay from issue #38 to #53), where plain
+positive-biased replay (`--replay positive`, the demo until issue #38) needed 0.51× and the
+schedule alone (`--replay positive_schedule`) 0.70× (docs/RESULTS.md, "`auto` takes two gradient
+steps a round").
 
 The budget is on the μ = 5 cost basis (completion tokens generated × 5 + completion tokens
 trained on), a count, so a busy laptop and an idle server run the same steps and draw the same

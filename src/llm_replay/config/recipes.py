@@ -12,18 +12,27 @@ the recipe's own.
 
 - `auto`, the recommended default since issue #38 (docs/RESULTS.md, "`auto_kl_cov_ar3po` on both
   built-in tasks"): `positive_schedule` with KL-Cov on the reused rows' top 5% tokens by
-  covariance (arXiv 2505.22617) and AR3PO's adaptive rollouts (arXiv 2509.25808). On chain_sum
-  and spell_backward it reaches on-policy GRPO's final accuracy with 0.25× and 0.46× of its μ = 5
-  compute and keeps its entropy and pass@8; on the suite's four gain tasks at ten seeds its
-  median is 0.49× and no task's median is above 0.92× (single seeds are, docs/RESULTS.md). Read
-  against on-policy tuned by a one-knob sweep (steps a round, learning rate) its median at five
-  seeds is 0.99× (a saving on gcd only), where it is 0.52× of plain on-policy's on the same
-  seeds (issue #53, in progress). It runs in the sync loop, the threaded and Ray runtimes and TRL. verl's
-  trainer can run neither of its two additions, so verl refuses it by name and points to
-  `positive_schedule` (`Recipe.beyond_replay`).
+  covariance (arXiv 2505.22617) and AR3PO's adaptive rollouts (arXiv 2509.25808), and since
+  issue #53 two gradient steps a round (`train.steps_per_round: 2`: four while replay runs at
+  y = 2). At one step a round (the preset `auto_steps1`, the default from #38 to #53) it reached
+  on-policy GRPO's final accuracy on chain_sum and spell_backward with 0.25× and 0.46× of its
+  μ = 5 compute with its entropy and pass@8 kept, a suite median of 0.49× at ten seeds, but 0.99×
+  of an on-policy tuned by a one-knob sweep (steps a round, learning rate, group size). At two
+  it needs a median 0.54× of the tuned member's compute over ten tasks, no seed that never
+  reaches on-policy's final accuracy where one step had one, and the same or less in the
+  threaded and Ray runtimes and at the demo's budget; more on the four-task mixture (0.26×
+  against 0.16×), where it no longer dips under on-policy's band (docs/RESULTS.md, "`auto`
+  takes two gradient steps a round"). It runs in the sync loop and the threaded and Ray runtimes; in TRL
+  the gradient step is TRL's own (adaptive rollouts there need one step a generation), so TRL's
+  `auto` is the recipe's replay, loss, token control and adaptive rollouts at TRL's step. verl's
+  trainer can run none of its generation, step and token-control parts, so verl refuses it by
+  name and points to `positive_schedule` (`Recipe.beyond_replay`).
 - `positive_schedule`, the default of issue #28 (`auto` until #38): positive-biased replay with
   AsymRE, annealed to on-policy by a schedule (full replay until 10% of the budget, on-policy
   from 60%). It needs 0.44× and 0.76× there and ends with less of on-policy's entropy.
+
+A recipe's settings apply under the user's, setting by setting; a user who sizes the gradient step
+(`train.steps_per_round`, or a `train.batch_size` other than the default) keeps their own step.
 
 Both schedules need the run's length: a compute budget or an iteration count here, `max_steps`
 in TRL, `total_training_steps` in verl.
@@ -38,6 +47,7 @@ from typing import Any
 
 from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.config.parse import merged
+from llm_replay.config.sections import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +60,7 @@ class Recipe:
     replay: dict[str, Any]
     algorithm: dict[str, Any] = field(default_factory=dict)
     generation: dict[str, Any] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
 
     @property
     def method(self) -> str:
@@ -67,6 +78,7 @@ class Recipe:
             ("replay", self.replay),
             ("algorithm", self.algorithm),
             ("generation", self.generation),
+            ("train", self.train),
         )
         for section, values in sections:
             for key, value in values.items():
@@ -91,8 +103,9 @@ class Recipe:
 
     def beyond_replay(self) -> list[str]:
         """The recipe's parts a trainer that only samples rows and computes the loss cannot run:
-        its generation settings and its token control."""
+        its generation settings, its gradient step and its token control."""
         out = [f"generation.{key}" for key in self.generation]
+        out += [f"train.{key}" for key in self.train]
         if self.token_control():
             out.append(f"algorithm.token_control ({self.algorithm.get('token_control', 'off')})")
         return out
@@ -137,12 +150,13 @@ AUTO = Recipe(
     name="auto",
     description=(
         "The recommended default: positive_schedule with KL-Cov on the reused rows' top 5% "
-        "tokens by covariance and AR3PO's adaptive rollouts (2 completions a prompt, 2 more while "
-        "none is correct)."
+        "tokens by covariance, AR3PO's adaptive rollouts (2 completions a prompt, 2 more while "
+        "none is correct) and two gradient steps a round."
     ),
     evidence=(
-        "docs/RESULTS.md, issue #38: 0.25x and 0.46x of on-policy's compute on chain_sum and "
-        "spell_backward, on-policy's entropy and pass@8 kept; suite median 0.49x at ten seeds"
+        "docs/RESULTS.md, issues #38 and #53: 0.25x and 0.46x of on-policy's compute on "
+        "chain_sum and spell_backward at one step a round, entropy and pass@8 kept; at two, a "
+        "median 0.54x of a tuned on-policy's over ten tasks"
     ),
     replay=copy.deepcopy(POSITIVE_SCHEDULE.replay),
     algorithm={
@@ -153,6 +167,7 @@ AUTO = Recipe(
         "control_coef": 1.0,
     },
     generation={"adaptive": {"enabled": True, "stage_size": 2, "reuse": True}},
+    train={"steps_per_round": 2},
 )
 
 RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (AUTO, POSITIVE_SCHEDULE)}
@@ -224,7 +239,17 @@ def resolve(data: dict[str, Any]) -> dict[str, Any]:
     generation = data.get("generation")
     if recipe.generation and (generation is None or isinstance(generation, dict)):
         out["generation"] = merged(recipe.generation, generation or {}, ("generation",))
+    train = data.get("train")
+    if recipe.train and (train is None or isinstance(train, dict)) and not _sized(train or {}):
+        out["train"] = merged(recipe.train, train or {}, ("train",))
     return out
+
+
+def _sized(train: dict[str, Any]) -> bool:
+    """Whether the user sized the gradient step: `steps_per_round`, or a `batch_size` other than
+    the default (a step in rollouts of one's own wins over the recipe's steps a round)."""
+    given = train.get("batch_size", TrainConfig().batch_size)
+    return "steps_per_round" in train or given != TrainConfig().batch_size
 
 
 def _what_changes(recipe: Recipe, algorithm: dict[str, Any]) -> str:

@@ -156,8 +156,9 @@ def test_the_schedule_recipe_brings_its_advantage_and_checks_its_loss_and_run_le
 
 
 def test_auto_is_refused_by_name_for_the_parts_verl_does_not_run() -> None:
-    """`auto` carries adaptive rollouts and KL-Cov on reused tokens; verl's rollout and loss are
-    its own, so running `auto` there would be another method under the same name."""
+    """`auto` carries adaptive rollouts, KL-Cov on reused tokens and two gradient steps a round;
+    verl's rollout, mini-batch and loss are its own, so running `auto` there would be another
+    method under the same name."""
     config = verl_config()
     config.actor_rollout_ref.actor.policy_loss = {"loss_mode": "llm_replay_asymre"}
     kwargs = config.trainer.v1.sampler.sampler_kwargs
@@ -166,6 +167,7 @@ def test_auto_is_refused_by_name_for_the_parts_verl_does_not_run() -> None:
         build(kwargs)
     message = str(refused.value)
     assert "generation.adaptive" in message and "algorithm.token_control (kl_cov)" in message
+    assert "train.steps_per_round" in message
     assert "method=positive_schedule is its replay and loss alone" in message
 
 

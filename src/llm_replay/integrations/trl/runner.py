@@ -86,6 +86,12 @@ def trl_arguments(
         raise ConfigError("generation.dynamic_sampling: not with backend 'trl'")
     if g.skip.enabled:
         raise ConfigError("generation.skip.enabled: not with backend 'trl' (TRL picks the prompts)")
+    if g.adaptive.enabled and t.steps_per_round not in (None, 1):
+        raise ConfigError(
+            f"train.steps_per_round = {t.steps_per_round}: backend 'trl' with adaptive rollouts "
+            "trains one step a generation (steps_per_generation=1); set train.steps_per_round=1 "
+            "(`auto_steps1` is `auto` so)"
+        )
     if config.task.reward == "model":
         raise ConfigError(
             "task.reward = 'model': backend 'trl' takes a reward model in ReplayGRPOTrainer's "
