@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from llm_replay.config import Config, ConfigError, config_from_dict, load_config
+from llm_replay.config.files import Preset
 from llm_replay.config.sections import GenerationConfig, TrainConfig
 from llm_replay.config.steps import resolve_steps
 from llm_replay.experiments.archive import protocol_differences
@@ -103,3 +106,18 @@ def test_a_config_built_in_code_with_a_step_that_does_not_match_is_refused() -> 
         generation=GenerationConfig(prompts_per_step=32, group_size=8),
         train=TrainConfig(steps_per_round=2, batch_size=128),
     ).check()
+
+
+@pytest.mark.parametrize("preset", ["auto", "auto_steps1", "auto_steps2", "on_policy"])
+def test_presets_show_writes_the_step_out_and_its_copy_loads_the_same_run(
+    preset: str, tmp_path: Path
+) -> None:
+    """`presets --show` is there to be copied: its step is the one the preset trains (a recipe's
+    `steps_per_round` written out), and the copy loads to the same config."""
+    text = Preset.read(preset).resolved_yaml()
+    shown = yaml.safe_load(text)
+    expected = load_config(preset)
+    assert shown["train"]["batch_size"] == expected.train.batch_size
+    copy = tmp_path / "mine.yaml"
+    copy.write_text(text)
+    assert load_config(copy).to_dict() == expected.to_dict()

@@ -27,6 +27,7 @@ from llm_replay.config.parse import (
     merged,
     yaml_error,
 )
+from llm_replay.config.recipes import resolve_train
 from llm_replay.config.steps import resolve_steps
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
@@ -159,7 +160,7 @@ class Preset:
             "# `llm-replay train my.yaml`.\n"
         )
         body = yaml.safe_dump(
-            resolve_steps(self.resolved()),
+            resolve_steps(resolve_train(self.resolved())),
             sort_keys=False,
             allow_unicode=True,
             default_flow_style=None,

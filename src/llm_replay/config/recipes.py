@@ -239,10 +239,22 @@ def resolve(data: dict[str, Any]) -> dict[str, Any]:
     generation = data.get("generation")
     if recipe.generation and (generation is None or isinstance(generation, dict)):
         out["generation"] = merged(recipe.generation, generation or {}, ("generation",))
+    return resolve_train(out, recipe)
+
+
+def resolve_train(data: dict[str, Any], recipe: Recipe | None = None) -> dict[str, Any]:
+    """`data` with its recipe's gradient step (`train.steps_per_round`) under the user's `train`
+    settings, unless the user sized the step; `recipe` defaults to the one `replay.method` names.
+    `presets --show` writes a preset's step out with it."""
+    if recipe is None:
+        replay = data.get("replay")
+        recipe = RECIPES.get(str(replay.get("method"))) if isinstance(replay, dict) else None
     train = data.get("train")
-    if recipe.train and (train is None or isinstance(train, dict)) and not _sized(train or {}):
-        out["train"] = merged(recipe.train, train or {}, ("train",))
-    return out
+    if recipe is None or not recipe.train or not (train is None or isinstance(train, dict)):
+        return data
+    if _sized(train or {}):
+        return data
+    return {**data, "train": merged(recipe.train, train or {}, ("train",))}
 
 
 def _sized(train: dict[str, Any]) -> bool:
