@@ -8,7 +8,7 @@ on-policy's plateau; there `auto` needed 0.37× of on-policy's compute at three 
 step a round, `--replay auto_steps1`, the demo's replay from issue #38 to #53), where plain
 positive-biased replay (`--replay positive`, the demo until issue #38) needed 0.51× and the
 schedule alone (`--replay positive_schedule`) 0.70× (docs/RESULTS.md, "`auto` takes two gradient
-steps a round").
+steps a round" and "`auto` becomes the schedule with KL-Cov and adaptive rollouts").
 
 The budget is on the μ = 5 cost basis (completion tokens generated × 5 + completion tokens
 trained on), a count, so a busy laptop and an idle server run the same steps and draw the same

@@ -1,11 +1,12 @@
 """Recipes: one name for a whole replay setup (a method, its knobs, its options, its loss, and the
-generation and token settings it was measured with).
+generation, token and gradient-step settings it was measured with).
 
 A user who wants replay that pays without reading the papers picks a recipe by name, as the
 replay method: `replay.method: auto` in a config, `replay_method="auto"` in TRL. A recipe is
 resolved when the config is read: the resolved config, and so every saved protocol and archived
 run, records its parts (`replay.method: positive`, `replay.anneal.mode: schedule`,
-`algorithm.loss: asymre`, `generation.adaptive.enabled: true`), never the recipe's name.
+`algorithm.loss: asymre`, `generation.adaptive.enabled: true`, `train.batch_size: 128`), never
+the recipe's name.
 Settings the user gives win over the recipe's, knob by knob; the recipe's algorithm settings
 (its loss, that loss's knobs and its token control) are used only where the user names no loss or
 the recipe's own.
@@ -19,7 +20,7 @@ the recipe's own.
   μ = 5 compute with its entropy and pass@8 kept, a suite median of 0.49× at ten seeds, but 0.99×
   of an on-policy tuned by a one-knob sweep (steps a round, learning rate, group size). At two
   it needs a median 0.54× of the tuned member's compute over ten tasks, no seed that never
-  reaches on-policy's final accuracy where one step had one, and the same or less in the
+  reaches on-policy's final accuracy where one step had three, and the same or less in the
   threaded and Ray runtimes and at the demo's budget; more on the four-task mixture (0.26×
   against 0.16×), where it no longer dips under on-policy's band (docs/RESULTS.md, "`auto`
   takes two gradient steps a round"). It runs in the sync loop and the threaded and Ray runtimes; in TRL

@@ -70,9 +70,10 @@ def recipe_over(recipe: dict[str, Any], given: dict[str, Any], switch: str) -> d
 
 
 def refuse_beyond_replay(recipe: Recipe | None, field: str, trainer: str) -> None:
-    """A trainer that only samples rows and computes the loss runs neither a recipe's generation
-    settings nor its token control, so the recipe would not be the method measured under its
-    name: refused, pointing to the recipe of its replay and loss alone where there is one."""
+    """A trainer that only samples rows and computes the loss runs none of a recipe's generation
+    settings, gradient step and token control, so the recipe would not be the method measured
+    under its name: refused, pointing to the recipe of its replay and loss alone where there is
+    one."""
     if recipe is None or not recipe.beyond_replay():
         return
     alone = [

@@ -38,7 +38,10 @@ SAMPLER_KEYS = (
     "total_steps",
     "seed",
 )
-NOT_RUN = "verl's trainer (the rollout and the loss's token terms are verl's own; docs/verl.md)"
+NOT_RUN = (
+    "verl's trainer (the rollout, the mini-batch and the loss's token terms are verl's own; "
+    "docs/verl.md)"
+)
 
 
 def _optional_int(data: dict[str, Any], name: str) -> int | None:
