@@ -19,7 +19,8 @@ the recipe's own.
   on-policy GRPO's final accuracy on chain_sum and spell_backward with 0.25× and 0.46× of its
   μ = 5 compute with its entropy and pass@8 kept, a suite median of 0.49× at ten seeds, but 0.99×
   of an on-policy tuned by a one-knob sweep (steps a round, learning rate, group size). At two
-  it needs a median 0.54× of the tuned member's compute over ten tasks, no seed that never
+  it needs a median 0.54× of the tuned member's compute over ten tasks, 0.41× of plain
+  on-policy's on the suite at ten seeds (0.49× at one step), no seed that never
   reaches on-policy's final accuracy where one step had three, and the same or less in the
   threaded and Ray runtimes and at the demo's budget; more on the four-task mixture (0.26×
   against 0.16×), where it no longer dips under on-policy's band (docs/RESULTS.md, "`auto`
