@@ -24,8 +24,8 @@ the recipe's own.
   reaches on-policy's final accuracy where one step had three, and the same or less in the
   threaded and Ray runtimes and at the demo's budget; more on the four-task mixture (0.26×
   against 0.16×), where it no longer dips under on-policy's band (docs/RESULTS.md, "`auto`
-  takes two gradient steps a round"). It runs in the sync loop and the threaded and Ray runtimes; in TRL
-  the gradient step is TRL's own (adaptive rollouts there need one step a generation), so TRL's
+  takes two gradient steps a round"). It runs in the sync loop and the threaded and Ray
+  runtimes; in TRL the gradient step is TRL's own (adaptive rollouts there need one step a generation), so TRL's
   `auto` is the recipe's replay, loss, token control and adaptive rollouts at TRL's step. verl's
   trainer can run none of its generation, step and token-control parts, so verl refuses it by
   name and points to `positive_schedule` (`Recipe.beyond_replay`).
