@@ -49,7 +49,7 @@ from typing import Any
 
 from llm_replay.algorithms.token_control import TokenControl
 from llm_replay.config.parse import merged
-from llm_replay.config.sections import TrainConfig
+from llm_replay.config.steps import sizes_step
 
 log = logging.getLogger(__name__)
 
@@ -254,16 +254,9 @@ def resolve_train(data: dict[str, Any], recipe: Recipe | None = None) -> dict[st
     train = data.get("train")
     if recipe is None or not recipe.train or not (train is None or isinstance(train, dict)):
         return data
-    if _sized(train or {}):
+    if sizes_step(train or {}):
         return data
     return {**data, "train": merged(recipe.train, train or {}, ("train",))}
-
-
-def _sized(train: dict[str, Any]) -> bool:
-    """Whether the user sized the gradient step: `steps_per_round`, or a `batch_size` other than
-    the default (a step in rollouts of one's own wins over the recipe's steps a round)."""
-    given = train.get("batch_size", TrainConfig().batch_size)
-    return "steps_per_round" in train or given != TrainConfig().batch_size
 
 
 def _what_changes(recipe: Recipe, algorithm: dict[str, Any]) -> str:

@@ -24,6 +24,17 @@ from llm_replay.config.parse import ConfigError
 from llm_replay.config.sections import GenerationConfig, TrainConfig
 
 FIELD = "train.steps_per_round"
+TRAIN_DEFAULTS = TrainConfig()
+"""`train`'s defaults: a `batch_size` left at its default (256) is a step nobody sized."""
+
+
+def sizes_step(train: dict[str, Any]) -> bool:
+    """Whether a `train` mapping sizes the gradient step itself: `steps_per_round`, or a
+    `batch_size` other than the default (a recipe's steps a round go under neither)."""
+    return (
+        "steps_per_round" in train
+        or train.get("batch_size", TRAIN_DEFAULTS.batch_size) != TRAIN_DEFAULTS.batch_size
+    )
 
 
 def _count(section: dict[str, Any], key: str, default: int, where: str) -> int:
@@ -51,14 +62,13 @@ def resolve_steps(data: dict[str, Any]) -> dict[str, Any]:
             f"{_dividing(rollouts, steps)}"
         )
     step = rollouts // steps
-    unset = TrainConfig().batch_size
-    given = train.get("batch_size", unset)
-    if given not in (unset, step):
+    given = train.get("batch_size", TRAIN_DEFAULTS.batch_size)
+    if given not in (TRAIN_DEFAULTS.batch_size, step):
         raise ConfigError(
             f"train.batch_size = {given!r}: not with {FIELD} = {steps}, which makes the step "
             f"{rollouts} / {steps} = {step} rollouts; set one of the two"
         )
-    micro = train.get("micro_batch_size", TrainConfig().micro_batch_size)
+    micro = train.get("micro_batch_size", TRAIN_DEFAULTS.micro_batch_size)
     resolved = {**train, "batch_size": step}
     if isinstance(micro, int) and not isinstance(micro, bool) and micro > step:
         resolved["micro_batch_size"] = step
