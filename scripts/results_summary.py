@@ -81,14 +81,14 @@ ROWS = (
     (
         "held-out task simple_equations, 10⁶ on μ = 5",
         "experiment_heldout/simple_equations",
-        "auto",
-        "`auto_steps1` (one step a round, the default #38–#53) on a task added after it was chosen (issue #38)",
+        "auto_steps2",
+        "**`auto`** (two steps a round since #53) on a task added after it was chosen (issue #38)",
     ),
     (
         "held-out task count_primes, 10⁶ on μ = 5",
         "experiment_heldout/count_primes",
-        "auto",
-        "`auto_steps1` (one step a round, the default #38–#53) on a task added after it was chosen (issue #38)",
+        "auto_steps2",
+        "**`auto`** (two steps a round since #53) on a task added after it was chosen (issue #38)",
     ),
     (
         "a new kind, palindrome_generation (several right answers), 10⁶ on μ = 5",
