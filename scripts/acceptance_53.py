@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from llm_replay.experiments.analysis import median_or_none
@@ -201,4 +201,60 @@ def table(tuned_rows: Sequence[tuple], docs: Path, candidates: Sequence[str]) ->
     ]
     for i, line in enumerate(LINES):
         lines.append(f"| {line} | " + " | ".join(column[i] for column in columns) + " |")
+    return "\n".join(lines)
+
+
+SHORT = {
+    "gcd": "gcd",
+    "products": "products",
+    "binary_alternation": "bin_alt",
+    "lcm": "lcm",
+    "chain_sum": "chain_sum",
+    "spell_backward": "spell",
+}
+
+
+def candidates_table(sources: Mapping[str, Mapping[str, tuple]], docs: Path) -> str:
+    """A row per candidate of #53, a column per median task and per counted line: each task's
+    median compute to on-policy's final accuracy against the envelope of the experiment that ran
+    it, the median over the tasks read, the worst seed, the seeds resolved worse, the worst margin
+    against on-policy's band, where entropy falls under plain on-policy's interval, and the seeds
+    that end above / level / below the best member. `sources`: candidate → task → (summary path
+    under `docs`, its task in a suite summary or None, the candidate's row name there)."""
+    head = (
+        "| candidate | "
+        + " | ".join(SHORT[t] for t in MEDIAN_TASKS)
+        + " | median (tasks read) | worst seed | resolved worse | worst margin | entropy under "
+        "plain on-policy's interval | final vs best member (above/level/below) |"
+    )
+    lines = [head, "|---|" + "---|" * (len(MEDIAN_TASKS) + 6)]
+    cache: dict[str, dict] = {}
+    for candidate, tasks in sources.items():
+        rows: dict[str, dict] = {}
+        for task, (path, key, method) in tasks.items():
+            summary = cache.setdefault(path, json.loads((docs / path).read_text()))
+            read = reading(summary, key, method)
+            if read is None:
+                raise ValueError(f"{path}: no {method!r} row for {task}")
+            rows[task] = read
+        ratios = [ratio_text(rows[t]["envelope"]) if t in rows else "—" for t in MEDIAN_TASKS]
+        median = median_or_none([rows[t]["envelope"] for t in MEDIAN_TASKS if t in rows])
+        worst_task = max(rows, key=lambda t: _worst(rows[t]["per_seed"]))
+        worst = _worst(rows[worst_task]["per_seed"])
+        worse = sum(r["verdicts"].count("worse") for r in rows.values())
+        seeds = sum(len(r["verdicts"]) for r in rows.values())
+        margin_task = min(rows, key=lambda t: rows[t]["margin"])
+        calls = [c for r in rows.values() for c in (r["calls"] or ())]
+        lines.append(
+            f"| `{candidate}` | "
+            + " | ".join(ratios)
+            + f" | {ratio_text(median)} ({len(rows)}) | "
+            + ("never" if math.isinf(worst) else ratio_text(worst))
+            + f" ({SHORT.get(worst_task, worst_task)}) | {worse} of {seeds} | "
+            f"{rows[margin_task]['margin']:+.1f} ({SHORT.get(margin_task, margin_task)}) | "
+            + (", ".join(SHORT.get(t, t) for t in _where(rows, "entropy_kept", False)) or "none")
+            + " | "
+            + ("/".join(str(calls.count(c)) for c in GAP_CALLS) if calls else "—")
+            + " |"
+        )
     return "\n".join(lines)

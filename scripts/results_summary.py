@@ -1,6 +1,6 @@
 """The one-screen results summaries, generated from the archived experiment summaries.
 
-Three tables, each carried between its markers by the pages that show it:
+Four tables, each carried between its markers by the pages that show it:
 
 - `results-summary` (README.md, docs/index.md, docs/RESULTS.md): each setting's headline method
   against on-policy GRPO at the method's own settings;
@@ -10,7 +10,9 @@ Three tables, each carried between its markers by the pages that show it:
   tuned member) and the best member on each seed (the envelope), with the median over tasks;
 - `acceptance-53` (docs/RESULTS.md): issue #53's acceptance read line by line from the same
   summaries for `auto_steps1`, `auto_steps2` and `auto_steps2_kl10`, each line met or not, so the
-  verdicts are counted by code rather than by hand (`scripts/acceptance_53.py`).
+  verdicts are counted by code rather than by hand (`scripts/acceptance_53.py`);
+- `candidates-53` (docs/RESULTS.md): every candidate #53 read at five seeds on its median tasks,
+  side by side, each against the envelope of the experiment that ran it.
 
 `--write` regenerates every copy from the `summary.json` files `llm-replay report` wrote, `--check`
 (run by the tests) fails when a copy differs, so the figures a reader sees cannot drift from the
@@ -278,6 +280,43 @@ def acceptance_table() -> str:
     return acceptance_53.table(TUNED_ROWS, ROOT / "docs", ("auto_steps1", "auto_steps2", KL10))
 
 
+SUITE_TASKS = ("gcd", "products", "binary_alternation", "lcm")
+
+
+def _suite(folder: str, method: str) -> dict[str, tuple[str, str | None, str]]:
+    return {task: (f"{folder}/suite_summary.json", task, method) for task in SUITE_TASKS}
+
+
+def _single(task: str, folder: str, method: str) -> dict[str, tuple[str, str | None, str]]:
+    return {task: (f"{folder}/summary.json", None, method)}
+
+
+# Every candidate #53 read at five seeds on its median tasks, each against the envelope of the
+# experiment that ran it: seven one-knob members on the suite and chain_sum (the playbook's six
+# and four steps a round), the playbook's six on spell_backward and for `auto_steps2_kl10`
+CANDIDATES = {
+    "auto_steps2": _suite("experiment_suite_lr", "auto_steps2")
+    | _single("chain_sum", "experiment_chain_sum_lr", "auto_steps2")
+    | _single("spell_backward", "experiment_spell_lr", "auto_steps2"),
+    "auto_steps4": _suite("experiment_suite_steps4", "auto_steps4")
+    | _single("chain_sum", "experiment_chain_sum_steps4", "auto_steps4"),
+    "auto_steps8to2": _suite("experiment_suite_step_anneal", "auto_steps8to2")
+    | _single("chain_sum", "experiment_chain_sum_step_anneal", "auto_steps8to2"),
+    "auto_steps4to1": _suite("experiment_suite_step_anneal", "auto_steps4to1")
+    | _single("chain_sum", "experiment_chain_sum_step_anneal", "auto_steps4to1"),
+    "auto_lr2x": _suite("experiment_suite_lr", "auto_lr2x")
+    | _single("chain_sum", "experiment_chain_sum_lr", "auto_lr2x")
+    | _single("spell_backward", "experiment_spell_lr", "auto_lr2x"),
+    KL10: _suite("experiment_suite_group_sweep_5seeds", KL10)
+    | _single("chain_sum", "experiment_chain_sum_group_sweep", KL10),
+}
+
+
+def candidates_table() -> str:
+    """#53's candidates side by side on the median tasks (`scripts/acceptance_53.py`)."""
+    return acceptance_53.candidates_table(CANDIDATES, ROOT / "docs")
+
+
 GAP_FIGURE = "docs/final_gap_by_task.png"
 
 
@@ -332,6 +371,7 @@ BLOCKS = {
     "results-summary": (table, ("README.md", "docs/index.md", "docs/RESULTS.md")),
     "tuned-summary": (tuned_table, ("docs/methods.md", "docs/RESULTS.md")),
     "acceptance-53": (acceptance_table, ("docs/RESULTS.md",)),
+    "candidates-53": (candidates_table, ("docs/RESULTS.md",)),
 }
 
 

@@ -5,6 +5,7 @@ it."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -134,3 +135,53 @@ def test_the_median_line_reads_the_suite_and_both_built_in_tasks(script: ModuleT
     rows["products"] = row([0.3] * 5, envelope=0.7)  # 0.4 ×3, 0.7, 0.7, 0.9
     median = cells(script, rows)[script.LINES[1]]
     assert median.startswith("0.55× over 6 of 6 tasks: not met"), median
+
+
+def suite_entry(ratios: list[float | None], *, margin: float = 1.0, entropy: bool = True) -> dict:
+    """A method's task entry in a suite summary, as `llm-replay report` writes it."""
+    finite = [r for r in ratios if r is not None]
+    return {
+        "seeds": len(ratios),
+        "worst_margin": margin,
+        "entropy_kept": entropy,
+        "pass_kept": True,
+        "pass_raised": True,
+        "vs_tuned": {
+            "member_ratio": 0.5,
+            "ratio": sorted(finite)[len(finite) // 2],
+            "ratio_per_seed": ratios,
+            "never_reached_seeds": sum(r is None for r in ratios),
+            "verdict_per_seed": ["unresolved"] * (len(ratios) - 1) + ["worse"],
+            "final_gap": 1.0,
+            "final_gap_verdict_per_seed": ["above"] + ["level"] * (len(ratios) - 1),
+        },
+    }
+
+
+def test_candidates_table_reads_each_task_from_its_own_summary(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    summary = {
+        "methods": {
+            "fast": {
+                "tasks": {
+                    "gcd": suite_entry([0.2, 0.3, 0.4]),
+                    "lcm": suite_entry([0.5, None, 0.7], margin=-2.0, entropy=False),
+                }
+            }
+        }
+    }
+    (tmp_path / "s.json").write_text(json.dumps(summary))
+    sources = {"fast": {t: ("s.json", t, "fast") for t in ("gcd", "lcm")}}
+    table = script.candidates_table(sources, tmp_path)
+    row = table.splitlines()[2].split(" | ")
+    assert row[0] == "| `fast`"
+    assert row[1:7] == ["0.30×", "—", "—", "0.70×", "—", "—"]
+    assert row[7] == "0.50× (2)"  # the median of the two tasks read
+    assert row[8] == "never (lcm)"
+    assert row[9] == "2 of 6"
+    assert row[10] == "-2.0 (lcm)"
+    assert row[11] == "lcm"
+    assert row[12] == "2/4/0 |"
+    with pytest.raises(ValueError, match="no 'slow' row for gcd"):
+        script.candidates_table({"slow": {"gcd": ("s.json", "gcd", "slow")}}, tmp_path)
