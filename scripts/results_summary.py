@@ -309,6 +309,9 @@ CANDIDATES = {
     | _single("spell_backward", "experiment_spell_lr", "auto_lr2x"),
     KL10: _suite("experiment_suite_group_sweep_5seeds", KL10)
     | _single("chain_sum", "experiment_chain_sum_group_sweep", KL10),
+    "auto_dv0": _suite("experiment_suite_dv", "auto_dv0")
+    | _single("chain_sum", "experiment_chain_sum_dv", "auto_dv0"),
+    "auto_dv05": _single("chain_sum", "experiment_chain_sum_dv", "auto_dv05"),
 }
 
 
