@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from llm_replay.experiments.analysis import median_or_none
@@ -109,6 +110,38 @@ def _met(ok: bool, missing: Sequence[str] = ()) -> str:
     return f"holds where read, not run on {_listed(list(missing))}" if missing else "**met**"
 
 
+@dataclass(frozen=True)
+class Counts:
+    """What both tables count over one candidate's readings by task: its worst seed and task, the
+    seeds resolved worse out of those read, its worst margin and task, and its final-gap calls."""
+
+    worst_task: str
+    worst: float
+    worse: int
+    seeds: int
+    margin_task: str
+    margin: float
+    calls: list[str]
+
+    @classmethod
+    def of(cls, rows: dict[str, dict]) -> Counts:
+        worst_task = max(rows, key=lambda t: _worst(rows[t]["per_seed"]))
+        margin_task = min(rows, key=lambda t: rows[t]["margin"])
+        return cls(
+            worst_task=worst_task,
+            worst=_worst(rows[worst_task]["per_seed"]),
+            worse=sum(r["verdicts"].count("worse") for r in rows.values()),
+            seeds=sum(len(r["verdicts"]) for r in rows.values()),
+            margin_task=margin_task,
+            margin=rows[margin_task]["margin"],
+            calls=[c for r in rows.values() for c in (r["calls"] or ())],
+        )
+
+    def gap_calls(self) -> str:
+        """ "5/20/0": the seeds above / level / below the best member."""
+        return "/".join(str(self.calls.count(c)) for c in GAP_CALLS)
+
+
 def cells(rows: dict[str, dict], tasks: Sequence[str]) -> list[str]:
     """One candidate's cell per line of `LINES` from its readings by task (`reading`), among
     `tasks`, the tasks every candidate is asked to be read on."""
@@ -120,31 +153,21 @@ def cells(rows: dict[str, dict], tasks: Sequence[str]) -> list[str]:
     median_cell = f"{ratio_text(median)} over {len(median_read)} of {len(MEDIAN_TASKS)} tasks: " + (
         _met(median is not None and median <= 0.5 and len(median_read) == len(MEDIAN_TASKS))
     )
-    worst_task = max(rows, key=lambda t: _worst(rows[t]["per_seed"]))
-    worst = _worst(rows[worst_task]["per_seed"])
+    n = Counts.of(rows)
     never = sum(r["never"] for r in rows.values())
-    worse = sum(r["verdicts"].count("worse") for r in rows.values())
-    seeds = sum(len(r["verdicts"]) for r in rows.values())
     few = [t for t, r in rows.items() if r["seeds"] < SEEDS]
     above_one = sum(_worst([x]) > 1.0 for r in rows.values() for x in r["per_seed"])
     tail_cell = (
-        ("a seed never reaches" if math.isinf(worst) else f"worst {ratio_text(worst)}")
-        + f" ({worst_task}); {above_one} seeds "
-        f"above 1× and {never} never reach; {worse} of {seeds} resolved worse"
+        ("a seed never reaches" if math.isinf(n.worst) else f"worst {ratio_text(n.worst)}")
+        + f" ({n.worst_task}); {above_one} seeds "
+        f"above 1× and {never} never reach; {n.worse} of {n.seeds} resolved worse"
         + (f"; under {SEEDS} seeds on {_listed(few)}" if few else "")
-        + f": {_met(worst <= 1.0 and not few, missing)}"
+        + f": {_met(n.worst <= 1.0 and not few, missing)}"
     )
-    margin_task = min(rows, key=lambda t: rows[t]["margin"])
-    margin = rows[margin_task]["margin"]
-    margin_cell = f"worst {margin:+.1f} points ({margin_task}): {_met(margin >= 0, missing)}"
+    margin_cell = f"worst {n.margin:+.1f} points ({n.margin_task}): {_met(n.margin >= 0, missing)}"
     plain = _diversity_cell(rows, missing, "entropy_kept", "pass_kept", "pass_raised")
     member = _diversity_cell(rows, missing, *_MEMBER_KEYS)
-    calls = [c for r in rows.values() for c in (r["calls"] or ())]
-    gaps = (
-        "/".join(str(calls.count(c)) for c in GAP_CALLS) + f" of {len(calls)} seeds"
-        if calls
-        else "—"
-    )
+    gaps = f"{n.gap_calls()} of {len(n.calls)} seeds" if n.calls else "—"
     return [f"{len(rows)}", median_cell, tail_cell, margin_cell, plain, member, gaps]
 
 
@@ -239,22 +262,15 @@ def candidates_table(sources: Mapping[str, Mapping[str, tuple]], docs: Path) -> 
             rows[task] = read
         ratios = [ratio_text(rows[t]["envelope"]) if t in rows else "—" for t in MEDIAN_TASKS]
         median = median_or_none([rows[t]["envelope"] for t in MEDIAN_TASKS if t in rows])
-        worst_task = max(rows, key=lambda t: _worst(rows[t]["per_seed"]))
-        worst = _worst(rows[worst_task]["per_seed"])
-        worse = sum(r["verdicts"].count("worse") for r in rows.values())
-        seeds = sum(len(r["verdicts"]) for r in rows.values())
-        margin_task = min(rows, key=lambda t: rows[t]["margin"])
-        calls = [c for r in rows.values() for c in (r["calls"] or ())]
+        n = Counts.of(rows)
         lines.append(
             f"| `{candidate}` | "
             + " | ".join(ratios)
             + f" | {ratio_text(median)} ({len(rows)}) | "
-            + ("never" if math.isinf(worst) else ratio_text(worst))
-            + f" ({SHORT.get(worst_task, worst_task)}) | {worse} of {seeds} | "
-            f"{rows[margin_task]['margin']:+.1f} ({SHORT.get(margin_task, margin_task)}) | "
+            + ("never" if math.isinf(n.worst) else ratio_text(n.worst))
+            + f" ({SHORT.get(n.worst_task, n.worst_task)}) | {n.worse} of {n.seeds} | "
+            f"{n.margin:+.1f} ({SHORT.get(n.margin_task, n.margin_task)}) | "
             + (", ".join(SHORT.get(t, t) for t in _where(rows, "entropy_kept", False)) or "none")
-            + " | "
-            + ("/".join(str(calls.count(c)) for c in GAP_CALLS) if calls else "—")
-            + " |"
+            + f" | {n.gap_calls() if n.calls else '—'} |"
         )
     return "\n".join(lines)
