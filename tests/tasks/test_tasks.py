@@ -70,6 +70,21 @@ def test_strip_spaces_strips_the_reference_answer_too() -> None:
     assert task.score(f"{target}", problem) < 1.0  # the target alone uses no number
 
 
+def test_number_sequence_asks_for_the_next_term_of_the_shown_terms() -> None:
+    """number_sequence's prompt is the question itself, `5,2,1,0,?`: the terms before the answer
+    and a question mark, never the answer (the metadata's `sequence` holds it)."""
+    spec = dict(BUILTIN_TASKS["number_sequence"])
+    spec.pop("dataset")
+    task = ReasoningGymTask("number_sequence", train_size=200, eval_size=20, **spec)
+    for problem in task.eval:
+        sequence = problem.metadata["entry"]["metadata"]["sequence"]
+        assert problem.prompt == ",".join(map(str, sequence[:-1])) + ",?"
+        assert problem.answer == str(sequence[-1])
+        assert 4 <= len(sequence) - 1 <= 5
+        assert task.score(problem.answer, problem) == 1.0
+        assert task.score(str(sequence[-1] + 1), problem) < 1.0
+
+
 def write_jsonl(path: Path, rows: list[object]) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
     return path

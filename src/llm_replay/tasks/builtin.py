@@ -37,6 +37,10 @@ that it transfers (issue #38), with models built the same way:
   numbers of 1–9 with `+`, `-` and `*`, each number used once, as `[4,7,8]>11=` → `8+7-4` or
   `7-4+8` (about four right expressions a problem, from one to ten). #53 reported `auto`
   trailing on-policy on a task of this kind; added to read that and the anneal's guard there.
+- `number_sequence` (pattern induction, issue #53): the next term of four or five integers made by
+  a rule of one or two steps, as `10,10,20,30,50,?` → `80` (add the previous term) or `5,2,1,0,?`
+  → `0` (halve); the only task that asks for a rule found from examples. Added after #53's work
+  was done, to read the shipped `auto` on a kind nobody tuned on.
 
 `PENDING_TASKS` holds two more (`base_conversion`, algorithmic; `caesar_cipher`, string
 manipulation) whose models are not shipped yet.
@@ -122,6 +126,11 @@ HELD_OUT_TASKS: dict[str, dict[str, Any]] = {  # never used to choose a default
         },
         "{numbers}>{target}=",
     ),
+    "number_sequence": _suite_task(
+        "number_sequence",
+        {"min_terms": 4, "max_terms": 5, "min_value": -20, "max_value": 20, "max_complexity": 2},
+        "{question}",
+    ),
 }
 
 PENDING_TASKS: dict[str, dict[str, Any]] = {  # specs whose models are not shipped yet
@@ -162,6 +171,7 @@ ANSWER_TOKENS: dict[str, int] = {
     "count_primes": 4,
     "palindrome_generation": 10,
     "countdown": 10,
+    "number_sequence": 6,
 }
 
 
