@@ -105,6 +105,12 @@ ROWS = (
         "**`auto`** (two steps a round since #53) on a task of a kind the suite lacks, added after the guard",
     ),
     (
+        "a new kind, number_sequence (pattern induction), 10⁶ on μ = 5",
+        "experiment_number_sequence/number_sequence",
+        "auto",
+        "**`auto`** as shipped, on a task of a kind the suite lacks, added after #53's work was done",
+    ),
+    (
         "threaded runtime, chain_sum, 9·10⁵ on μ = 5",
         "experiment_runtimes/against_on_policy_threaded",
         "auto_steps2_threaded",
@@ -202,6 +208,14 @@ TUNED_ROWS = (
         "countdown",
         {"auto_steps1": "auto_2x", "auto_steps2": "auto_steps2_2x"},
         False,
+    ),
+    (
+        "number_sequence",
+        "a new kind, added after #53's work",
+        "experiment_number_sequence/suite_summary.json",
+        "number_sequence",
+        {"auto_steps1": "auto_steps1", "auto_steps2": "auto"},
+        True,
     ),
 )
 
