@@ -17,7 +17,7 @@ from llm_replay.tasks import (
     TaskError,
     math_verify_reward,
 )
-from llm_replay.tasks.builtin import BUILTIN_TASKS, chain_sum_task
+from llm_replay.tasks.builtin import BUILTIN_TASKS, builtin_task, chain_sum_task
 
 
 def test_chain_sum_splits_are_disjoint_and_compact() -> None:
@@ -73,9 +73,7 @@ def test_strip_spaces_strips_the_reference_answer_too() -> None:
 def test_number_sequence_asks_for_the_next_term_of_the_shown_terms() -> None:
     """number_sequence's prompt is the question itself, `5,2,1,0,?`: the terms before the answer
     and a question mark, never the answer (the metadata's `sequence` holds it)."""
-    spec = dict(BUILTIN_TASKS["number_sequence"])
-    spec.pop("dataset")
-    task = ReasoningGymTask("number_sequence", train_size=200, eval_size=20, **spec)
+    task = builtin_task("number_sequence", train_size=200, eval_size=20)
     for problem in task.eval:
         sequence = problem.metadata["entry"]["metadata"]["sequence"]
         assert problem.prompt == ",".join(map(str, sequence[:-1])) + ",?"
